@@ -1,0 +1,26 @@
+"""The DDL of a channel's DC database, versioned.
+
+``contract.sql`` holds the two public tables; ``internal.sql`` holds gate's own state. A DC database
+records the schema version it was created with in ``gate_meta``; gate opens databases whose version is
+in ``COMPATIBLE_VERSIONS`` and refuses others with a clear message.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+SCHEMA_VERSION = 1
+COMPATIBLE_VERSIONS = frozenset({1})
+CONTRACT_TABLES = ("transfer_data", "transfer_checkpoint")
+
+
+def _statements(filename: str) -> list[str]:
+    text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    text = re.sub(r"^\s*--.*$", "", text, flags=re.MULTILINE)
+    return [s.strip() for s in re.split(r";\s*$", text, flags=re.MULTILINE) if s.strip()]
+
+
+def ddl_statements() -> list[str]:
+    """Every CREATE TABLE of a channel database, contract tables first."""
+    return _statements("contract.sql") + _statements("internal.sql")

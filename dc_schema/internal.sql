@@ -1,0 +1,51 @@
+-- gate's own state, kept in the channel's database. App users are never granted these tables.
+CREATE TABLE IF NOT EXISTS gate_meta (
+  name  VARCHAR(64) NOT NULL PRIMARY KEY,
+  value TEXT        NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Channel settings, one row per setting; value is JSON.
+CREATE TABLE IF NOT EXISTS gate_settings (
+  name  VARCHAR(64) NOT NULL PRIMARY KEY,
+  value TEXT        NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Where to resume reading: always a transaction boundary, written in the same DC transaction
+-- that moves transfer_checkpoint. Exactly one row.
+CREATE TABLE IF NOT EXISTS gate_resume (
+  singleton     TINYINT UNSIGNED NOT NULL PRIMARY KEY DEFAULT 1,
+  id            BIGINT UNSIGNED  NOT NULL COMMENT 'equals transfer_checkpoint.id',
+  tid           BIGINT UNSIGNED  NOT NULL COMMENT 'equals transfer_checkpoint.tid',
+  log_file      VARCHAR(255)     NULL     COMMENT 'binlog file to resume from; NULL = not positioned yet',
+  log_pos       BIGINT UNSIGNED  NULL,
+  gtid_pos      TEXT             NULL     COMMENT 'GTID position at the boundary (MariaDB gtid list)',
+  instance_name VARCHAR(64)      NULL     COMMENT 'server the position belongs to',
+  event_time    BIGINT UNSIGNED  NULL     COMMENT 'source unix time of the last checkpointed transaction',
+  updated_at    TIMESTAMP(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Samples of the standby's clock and binlog position, for timestamp-based failover.
+CREATE TABLE IF NOT EXISTS gate_standby_sample (
+  sampled_at BIGINT UNSIGNED NOT NULL PRIMARY KEY COMMENT 'standby UNIX_TIMESTAMP() at sampling',
+  log_file   VARCHAR(255)    NOT NULL,
+  log_pos    BIGINT UNSIGNED NOT NULL,
+  gtid_pos   TEXT            NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Every switch from one server to another.
+CREATE TABLE IF NOT EXISTS gate_switch (
+  switched_at   TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  from_instance VARCHAR(64)     NOT NULL,
+  to_instance   VARCHAR(64)     NOT NULL,
+  reason        TEXT            NOT NULL,
+  at_id         BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (switched_at, to_instance)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Cursors of named consumers (gate.client).
+CREATE TABLE IF NOT EXISTS gate_consumer (
+  name       VARCHAR(64)     NOT NULL PRIMARY KEY,
+  id         BIGINT UNSIGNED NOT NULL,
+  tid        BIGINT UNSIGNED NOT NULL,
+  updated_at TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

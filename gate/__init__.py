@@ -1,0 +1,1 @@
+"""gate: MySQL/MariaDB change-data-capture into a datacenter database."""

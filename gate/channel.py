@@ -1,0 +1,357 @@
+"""Channel administration: what ``gate channel ...`` does on the DC server and the source.
+
+Each function opens its own connections, validates what it is given before any SQL runs, and
+returns plain data (dicts, lists) that the CLI prints as a table or as JSON.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+import zoneinfo
+from dataclasses import asdict, replace
+from typing import Any
+
+import pymysql
+
+import dc_schema
+from gate import dc, failover
+from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier, parse_address
+from gate.dc import ChannelSettings, ResumeState
+from gate.errors import InvalidIdentifier, InvalidValue
+from gate.pipeline import ChannelBusy
+from gate.preflight import Problem, check_server, require_server
+from gate.reader import binlog_files, current_position
+
+SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
+MAX_SERVER_ID = 2**32 - 1
+_PATTERN = re.compile(r"^[A-Za-z0-9_$*?]+\.[A-Za-z0-9_$*?]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MARIADB_GTID = re.compile(r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$")
+_ACCOUNT_USER = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
+_ACCOUNT_HOST = re.compile(r"^[A-Za-z0-9_.%:/-]{1,255}$")
+_ER_NO_BINARY_LOGGING = 1381
+
+
+def default_server_id(name: str) -> int:
+    """The server_id gate uses for a channel unless told otherwise: CRC-32 of the name mapped into 100000..999999."""
+    return SERVER_IDS.start + zlib.crc32(name.encode()) % len(SERVER_IDS)
+
+
+def server_login(address: str, user: str | None, password: str | None, password_env: str | None,
+                 role: str, keep: ServerConfig | None = None) -> ServerConfig:
+    """A server from HOST:PORT and login options; what is not given is taken from ``keep`` (else root, no password).
+
+    A password from ``password_env`` is stored as the reference ``${VAR}``, resolved whenever gate connects.
+    """
+    host, port = parse_address(address, f"The {role} address")
+    if password is not None and password_env is not None:
+        raise InvalidValue(f"Give the {role} password either literally or as an environment variable, not both.")
+    if password_env is not None:
+        secret = env_password(password_env, role)
+    elif password is not None:
+        if "${" in password:
+            raise InvalidValue(
+                f"The {role} password contains '${{', which gate would read as an environment reference. "
+                "Put the password in an environment variable and pass its name with the --...-password-env option."
+            )
+        secret = Secret(password, f"The {role} password")
+    else:
+        secret = keep.password if keep else Secret("")
+    return ServerConfig(host, port, user or (keep.user if keep else "root"), secret)
+
+
+def env_password(variable: str, role: str) -> Secret:
+    """A password kept as the reference ``${variable}``: gate stores the reference, never the value."""
+    if not _ENV_NAME.match(variable):
+        raise InvalidValue(
+            f"{variable!r} is not an environment variable name. Use letters, digits and underscores, "
+            "not starting with a digit, e.g. SOURCE_PASSWORD."
+        )
+    return Secret(f"${{{variable}}}", f"The {role} password")
+
+
+def check_pattern(pattern: str) -> str:
+    """A ``db.table`` filter pattern: exactly one dot, names of letters, digits, _ and $, wildcards * and ?."""
+    if not _PATTERN.match(pattern):
+        raise InvalidValue(
+            f"Filter pattern {pattern!r} is not valid. Write db.table with exactly one dot, using letters, "
+            "digits, _ and $, and the wildcards * (any run of characters) and ? (one character), "
+            "e.g. shop.* or *.audit_log."
+        )
+    return pattern
+
+
+def check_timezone(name: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InvalidValue(
+            f"Time zone {name!r} is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."
+        ) from None
+    return name
+
+
+def _merged(patterns: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:
+    """``patterns`` followed by the new valid ones of ``more``, without repeats."""
+    return tuple(dict.fromkeys(patterns + tuple(check_pattern(p) for p in more)))
+
+
+def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source: ServerConfig,
+           standby: ServerConfig | None = None, *, server_id: int | None = None, timezone: str | None = None,
+           binary_format: str | None = None, writers: int | None = None, allow: tuple[str, ...] = (),
+           deny: tuple[str, ...] = (), check: bool = True) -> tuple[ChannelSettings, list[Problem]]:
+    """Create channel ``name``: validate, check the servers (unless ``check`` is False), create its DC database.
+
+    Returns the settings and the preflight's warnings.
+    """
+    check_identifier(name, "Channel name")
+    chosen = {"timezone": timezone, "binary_format": binary_format, "writers": writers}
+    defaults = replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
+    check_timezone(defaults.timezone)
+    if defaults.writers < 1:
+        raise InvalidValue(f"--writers must be 1 or more, not {defaults.writers}.")
+    server_id = default_server_id(name) if server_id is None else server_id
+    if not 0 < server_id <= MAX_SERVER_ID:
+        raise InvalidValue(f"--server-id must be between 1 and {MAX_SERVER_ID}, not {server_id}.")
+    settings = ChannelSettings(name=name, source=source, standby=standby, server_id=server_id,
+                               allow=_merged((), allow), deny=_merged((), deny), defaults=defaults)
+    warnings: list[Problem] = []
+    with dc.connect(dc_server, "DC") as conn:
+        dc.check_new(conn, name)
+        if check:
+            warnings += require_server(source, server_id, "source")
+            if standby is not None:
+                warnings += require_server(standby, server_id, "standby", source)
+        dc.create_channel(conn, settings)
+    return settings, warnings
+
+
+def _masked(server: ServerConfig | None) -> dict[str, Any] | None:
+    if server is None:
+        return None
+    return {"address": server.address, "user": server.user, "password": "***" if server.password.as_written() else ""}
+
+
+def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
+    """A channel's settings (passwords as ***), its checkpoint and resume position."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        resume = dc.read_resume(conn, name)
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT name, value FROM {dc.q(name)}.gate_meta")
+            meta = dict(cur.fetchall())
+    return {
+        "channel": name,
+        "schema_version": int(meta["schema_version"]),
+        "created_by": meta.get("created_by"),
+        "source": _masked(settings.source),
+        "standby": _masked(settings.standby),
+        "server_id": settings.server_id,
+        "allow": list(settings.allow),
+        "deny": list(settings.deny),
+        "failover_mode": settings.failover_mode,
+        "on_divergence": settings.on_divergence,
+        "defaults": asdict(settings.defaults),
+        "checkpoint": {"id": resume.id, "tid": resume.tid},
+        "resume": {k: v for k, v in asdict(resume).items() if k not in ("id", "tid")},
+    }
+
+
+def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
+    """One line per channel on the DC server; channels of an incompatible schema show only their version."""
+    result = []
+    with dc.connect(dc_server, "DC") as conn:
+        for name in dc.list_channels(conn):
+            version = dc.stored_schema_version(conn, name)
+            row: dict[str, Any] = {"channel": name, "source": None, "standby": None, "checkpoint_id": None,
+                                   "checkpoint_tid": None, "schema_version": version}
+            if version in dc_schema.COMPATIBLE_VERSIONS:
+                settings = dc.read_settings(conn, name)
+                resume = dc.read_resume(conn, name)
+                row.update(source=settings.source.address, checkpoint_id=resume.id, checkpoint_tid=resume.tid,
+                           standby=settings.standby.address if settings.standby else None)
+            result.append(row)
+    return result
+
+
+def drop(dc_server: ServerConfig, name: str) -> None:
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        dc.drop_channel(conn, name)
+
+
+def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = (),
+               clear: bool = False) -> ChannelSettings:
+    """Add allow/deny patterns (after emptying both lists if ``clear``); nothing given only reads them."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        kept_allow, kept_deny = ((), ()) if clear else (settings.allow, settings.deny)
+        settings = replace(settings, allow=_merged(kept_allow, allow), deny=_merged(kept_deny, deny))
+        dc.write_settings(conn, settings)
+    return settings
+
+
+def set_server(dc_server: ServerConfig, name: str, role: str, address: str | None, user: str | None = None,
+               password: str | None = None, password_env: str | None = None,
+               check: bool = True) -> tuple[ChannelSettings, list[Problem]]:
+    """Point the channel's ``role`` ("source" or "standby") at another server; ``address`` None removes the standby.
+
+    Login options not given are kept from the current server of that role. A new standby starts with no
+    samples: the old standby's positions mean nothing on it. Returns the new settings and the preflight's
+    warnings.
+    """
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        server = None
+        warnings: list[Problem] = []
+        if address is not None:
+            server = server_login(address, user, password, password_env, role, getattr(settings, role))
+            if check:
+                warnings = require_server(server, settings.server_id, role)
+        settings = replace(settings, **{role: server})
+        dc.write_settings(conn, settings)
+        if role == "standby":
+            with conn.cursor() as cur:
+                failover.forget_samples(cur, name)
+    return settings, warnings
+
+
+def set_position(dc_server: ServerConfig, name: str, *, log_file: str | None = None, log_pos: int | None = None,
+                 gtid: str | None = None, now: bool = False) -> ResumeState:
+    """Set where the channel starts reading: a binlog file and position, a MariaDB GTID position, or the
+    source's current end. Only the resume position changes, never the checkpoint's id and tid."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        source = settings.source
+        if sum((now, gtid is not None, log_file is not None or log_pos is not None)) != 1:
+            raise InvalidValue("Give one start position: --file and --pos together, --gtid, or --now.")
+        if now:
+            at = current_position(source)
+            log_file, log_pos, gtid = at.log_file, at.log_pos, at.gtid_pos
+        elif gtid is not None:
+            if not _MARIADB_GTID.match(gtid):
+                raise InvalidValue(
+                    f"GTID position {gtid!r} is not valid. Give a MariaDB GTID list such as 0-1-42 or "
+                    "0-1-42,1-2-7 (domain-server-sequence, one per replication domain)."
+                )
+        else:
+            _check_file_position(source, log_file, log_pos)
+        with conn.cursor() as cur:
+            cur.execute(
+                f"UPDATE {dc.q(name)}.gate_resume SET log_file = %s, log_pos = %s, gtid_pos = %s, instance_name = %s",
+                (log_file, log_pos, gtid, source.address),
+            )
+        return dc.read_resume(conn, name)
+
+
+def _check_file_position(source: ServerConfig, log_file: str | None, log_pos: int | None) -> None:
+    if log_file is None or log_pos is None:
+        raise InvalidValue("Give --file and --pos together.")
+    if log_pos < 4:
+        raise InvalidValue(f"--pos {log_pos} is before the first event of a binlog file; positions start at 4.")
+    try:
+        files = binlog_files(source)
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_NO_BINARY_LOGGING:
+            raise
+        files = []
+    if log_file not in files:
+        have = (" to ".join(dict.fromkeys((files[0], files[-1]))) if files else "none (binary logging is off)")
+        raise InvalidValue(
+            f"The source {source.address} has no binary log {log_file!r}; its binary logs are {have} "
+            "(SHOW BINARY LOGS). Give one of those, or use --now to start at the current end."
+        )
+
+
+def grant(dc_server: ServerConfig, name: str, user: str, host: str = "%", password_env: str | None = None) -> bool:
+    """Let ``user``@``host`` SELECT exactly the channel's transfer_data and transfer_checkpoint.
+
+    The user is created (with the password in ``password_env``) if it does not exist; an existing user
+    keeps its password. Returns whether the user was created.
+    """
+    check_identifier(name, "Channel name")
+    if not _ACCOUNT_USER.match(user):
+        raise InvalidIdentifier(f"User name {user!r} is not safe. Use 1 to 80 letters, digits, '_', '.' or '-'.")
+    if not _ACCOUNT_HOST.match(host):
+        raise InvalidIdentifier(
+            f"Host {host!r} is not safe. Use a host name, an IP address, or a pattern with % "
+            "(e.g. 10.0.% or %), made of letters, digits, '.', '-', '_', ':', '/' and '%'."
+        )
+    password = env_password(password_env, "app user") if password_env else None
+    with dc.connect(dc_server, "DC") as conn, conn.cursor() as cur:
+        dc.schema_version(conn, name)
+        cur.execute("SELECT 1 FROM mysql.user WHERE User = %s AND Host = %s", (user, host))
+        exists = cur.fetchone() is not None
+        if not exists:
+            if password is None:
+                raise InvalidValue(
+                    f"User '{user}'@'{host}' does not exist on the DC server. Give --password-env VAR, with "
+                    "the new user's password in the environment variable VAR, and gate creates the user."
+                )
+            cur.execute("CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s", (user, host, password.reveal()))
+        for table in dc_schema.CONTRACT_TABLES:
+            cur.execute(f"GRANT SELECT ON {dc.q(name)}.{dc.q(table)} TO %s@%s", (user, host))
+    return not exists
+
+
+def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
+    """The preflight of the channel's source and standby: one entry per server with its problems."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+    servers = [("source", settings.source, None)]
+    if settings.standby is not None:
+        servers.append(("standby", settings.standby, settings.source))
+    return [{"role": role, "server": server.address, "server_id": settings.server_id,
+             "problems": check_server(server, settings.server_id, role, replicates_from)}
+            for role, server, replicates_from in servers]
+
+
+def set_failover(dc_server: ServerConfig, name: str, failover_mode: str | None = None,
+                 on_divergence: str | None = None) -> ChannelSettings:
+    """Set how a switch finds the transactions the DC holds (gtid | fingerprint) and whether a divergence
+    stops gate (stop | continue); None keeps a setting. A running gate reads them when it next starts."""
+    check_identifier(name, "Channel name")
+    for value, allowed, option in ((failover_mode, failover.MODES, "--failover-mode"),
+                                   (on_divergence, failover.ON_DIVERGENCE, "--on-divergence")):
+        if value is not None and value not in allowed:
+            raise InvalidValue(f"{option} must be one of {', '.join(allowed)}, not {value!r}.")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        settings = replace(settings, failover_mode=failover_mode or settings.failover_mode,
+                           on_divergence=on_divergence or settings.on_divergence)
+        dc.write_settings(conn, settings)
+    return settings
+
+
+def switch(dc_server: ServerConfig, name: str, catch_up_seconds: float) -> dict[str, Any]:
+    """A planned switch of a stopped channel to its standby, while the source is alive.
+
+    Holds the channel's lock meanwhile (refused if a gate runs the channel), waits until the standby has
+    applied everything the source has binlogged, removes rows above the checkpoint and stores the switch
+    as a failover would: the next ``gate run`` reads the standby and drops what the DC already holds.
+    """
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        with conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (f"gate:{name}",) * 2)
+            got, holder = cur.fetchone()
+        if got != 1:
+            raise ChannelBusy(
+                f"Channel '{name}' is running: a gate process holds its lock (DC connection {holder}). Stop gate "
+                "first (SIGTERM or Ctrl-C; it stores its checkpoint), then switch."
+            )
+        settings = dc.read_settings(conn, name)
+        origin_server_id = failover.catch_up(settings, catch_up_seconds)
+        state = dc.read_resume(conn, name)
+        with conn.cursor() as cur:
+            removed = cur.execute(f"DELETE FROM {dc.q(name)}.transfer_data WHERE id > %s", (state.id,))
+        new_settings, new_state = failover.plan_switch(conn, settings, state, origin_server_id, failover.PLANNED)
+    return {"channel": name, "from": settings.source.address, "to": new_settings.source.address,
+            "at_id": state.id, "failover_mode": settings.failover_mode, "removed_rows_above_checkpoint": removed,
+            "resume": f"{new_state.log_file}:{new_state.log_pos}"}

@@ -1,0 +1,89 @@
+"""Checkpointer: moves transfer_checkpoint to the end of the longest committed prefix of whole
+transactions, with the matching resume state, in one DC transaction.
+
+Chunks are numbered in the order the sequencer filled them. A chunk may carry transaction
+boundaries (the id, tid and binlog position right after a transaction). Once every chunk up to and
+including a chunk is committed by the writers, that chunk's last boundary may become the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import pymysql
+
+from gate.dc import ResumeState, write_resume
+from gate.failover import clear_marker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Chunk:
+    seq: int
+    boundary: ResumeState | None
+    committed: bool = False
+
+
+@dataclass
+class Checkpointer:
+    channel: str
+    state: ResumeState
+    interval: float = 0.1
+    marker_pending: bool = False  # a switch's dedupe marker goes with the first checkpoint on the new source
+    _chunks: deque[_Chunk] = field(default_factory=deque)
+    _index: dict[int, _Chunk] = field(default_factory=dict)
+    _target: ResumeState | None = None
+    _written_at: float = 0.0
+
+    def add(self, seq: int, boundary: ResumeState | None, has_rows: bool) -> None:
+        """Record a dispatched chunk; one without rows counts as committed at once."""
+        chunk = _Chunk(seq, boundary, committed=not has_rows)
+        self._chunks.append(chunk)
+        self._index[seq] = chunk
+        self._advance()
+
+    def committed(self, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._index.pop(seq).committed = True
+        self._advance()
+
+    def _advance(self) -> None:
+        while self._chunks and self._chunks[0].committed:
+            chunk = self._chunks.popleft()
+            self._index.pop(chunk.seq, None)
+            if chunk.boundary is not None:
+                self._target = chunk.boundary
+
+    @property
+    def pending(self) -> int:
+        return len(self._chunks)
+
+    def due(self) -> bool:
+        return self._target is not None and time.monotonic() - self._written_at >= self.interval
+
+    def write(self, conn: pymysql.Connection) -> bool:
+        """Store the newest reachable boundary; False (retried later) if the DC connection broke."""
+        target = self._target
+        if target is None:
+            return True
+        try:
+            conn.begin()
+            with conn.cursor() as cur:
+                write_resume(cur, self.channel, target)
+                if self.marker_pending:
+                    clear_marker(cur, self.channel)
+            conn.commit()
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)
+            self._written_at = time.monotonic()
+            return False
+        self.state = target
+        self.marker_pending = False
+        if self._target is target:
+            self._target = None
+        self._written_at = time.monotonic()
+        return True

@@ -1,0 +1,86 @@
+"""``gate run`` and ``gate status``: running a channel and watching it."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from gate.config import check_identifier
+from gate.pipeline import Pipeline
+from gate.status import channel_status
+
+if TYPE_CHECKING:
+    from gate.cli import App
+
+
+def setup_logging(level: str) -> None:
+    """One line per notable event, to stdout."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+@click.command()
+@click.argument("channel")
+@click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby (not recommended)")
+@click.pass_obj
+def run(app: App, channel: str, no_check: bool) -> None:
+    """Run CHANNEL in the foreground: read its source's binlog into its DC database.
+
+    gate acts as a replica of the channel's source (with the channel's server_id), writes every row
+    change and DDL into transfer_data and moves transfer_checkpoint forward at transaction
+    boundaries, at least every checkpoint_interval_ms while data flows. It resumes exactly where the
+    checkpoint stands: rows above it, left by a crash, are removed first. SIGTERM or Ctrl-C drains
+    the writers, stores the checkpoint and exits 0. Logs go to stdout, one line per event.
+
+    First the preflight checks the source and the standby (which must replicate from the source);
+    with a standby, a server that cannot be reached is only a warning. While it runs, gate samples
+    the standby every standby_sample_seconds; when the source stays unreachable for
+    failover_after_seconds, it switches to the standby and goes on there.
+
+    Example:
+
+    \b
+        gate run demo
+        GATE_CONFIG=/etc/gate/config.yaml gate run orders
+    """
+    check_identifier(channel, "channel name")
+    setup_logging(app.config.log.level)
+    Pipeline(app.dc, channel, preflight=not no_check).run()
+
+
+@click.command()
+@click.argument("channel")
+@click.option("--sample", default=1.0, show_default=True, metavar="SECONDS",
+              help="how long to watch the checkpoint to measure rows/s (0 to skip)")
+@click.pass_obj
+def status(app: App, channel: str, sample: float) -> None:
+    """Show whether CHANNEL is running, how far it is, its lag, its speed and its failover state.
+
+    State comes from the channel's lock on the DC server (held by a running gate), positions from the
+    source's SHOW MASTER STATUS and the channel's resume position, lag from the source's clock minus
+    the source time of the last checkpointed transaction (0 when gate has read everything). With a
+    standby: the age of the newest standby sample (the DC server's clock now minus the standby's
+    clock at sampling; samples are taken while gate runs). Then the failover settings and every
+    switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
+
+    Example:
+
+    \b
+        gate status demo
+        gate --json status demo --sample 0
+    """
+    check_identifier(channel, "channel name")
+    from gate.cli import pairs, table  # gate.cli registers this module's commands; import at call time
+
+    result = channel_status(app.dc, channel, sample).as_dict()
+    switches = result["switches"]
+    text = pairs({**result, "switches": len(switches)})
+    if switches:
+        text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
+    app.emit(result, text)

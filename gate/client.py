@@ -1,0 +1,235 @@
+"""A small consumer of a channel: poll ``transfer_data`` up to the checkpoint and keep a cursor.
+
+Usage::
+
+    with Consumer(dc, "shop", name="billing") as consumer:
+        for change in consumer.follow():
+            apply(change)          # follow() commits after each fully consumed batch
+
+or, with explicit batches::
+
+    while batch := consumer.poll():
+        apply_all(batch)
+        consumer.commit()
+
+**At least once.** :meth:`Consumer.poll` moves ``consumer.cursor`` past the batch it returns; :meth:`commit`
+stores that cursor in the channel's ``gate_consumer`` table. A consumer that crashes after processing a
+batch and before ``commit()`` gets the same batch again when it restarts. To make it **exactly once**,
+either store ``consumer.cursor`` in the same transaction as your own writes (and pass it back as
+``start=`` when you restart; a named consumer is then unnecessary), or make the apply idempotent by
+``id`` (e.g. an upsert keyed by the change's id, or "skip ids <= the highest id applied").
+
+Only rows with ``last < id <= checkpoint.id`` are read: the checkpoint is read first, then the rows,
+so a row above it (possibly part of an unfinished transaction) is never returned. Batches may end
+inside a source transaction; ``Change.tid`` tells which rows belong together.
+
+Privileges: an unnamed consumer needs SELECT on ``transfer_data`` and ``transfer_checkpoint``; a
+named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see docs/consumers.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any
+
+import pymysql
+
+from gate.config import ServerConfig, check_identifier
+from gate.dc import connect
+from gate.errors import InvalidValue
+
+DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
+OPTYPES = DML_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
+
+Image = dict[str, "str | None"]
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last row a consumer has seen: every row with a higher id is still to come."""
+
+    id: int = 0
+    tid: int = 0
+
+
+@dataclass(frozen=True)
+class Change:
+    """One ``transfer_data`` row, parsed.
+
+    ``new``/``old`` are the row images of INSERT/UPDATE/DELETE as column -> text (None for NULL), in the
+    table's column order; ``ddl`` is the payload of any other optype (``{}`` for TRUNCATE).
+    """
+
+    id: int
+    tid: int
+    dbname: str
+    tablename: str
+    create_time: datetime  # aware, UTC
+    instance_name: str
+    optype: str
+    new: Image | None = None
+    old: Image | None = None
+    ddl: dict[str, Any] | None = None
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Change:
+        """From ``id, tid, dbname, tablename, create_time (naive UTC), instance_name, optype, data``."""
+        id_, tid, dbname, tablename, create_time, instance_name, optype, data = row
+        payload = json.loads(data) if data else {}
+        common = (int(id_), int(tid), dbname, tablename, create_time.replace(tzinfo=timezone.utc), instance_name,
+                  optype)
+        if optype in DML_OPTYPES:
+            return cls(*common, new=_image(payload.get("NEW")), old=_image(payload.get("OLD")))
+        return cls(*common, ddl=payload)
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (create_time as ISO 8601 text with ``Z``)."""
+        return {"id": self.id, "tid": self.tid, "dbname": self.dbname, "tablename": self.tablename,
+                "create_time": self.create_time.strftime("%Y-%m-%dT%H:%M:%SZ"), "instance_name": self.instance_name,
+                "optype": self.optype, "new": self.new, "old": self.old, "ddl": self.ddl}
+
+
+def _image(cells: list[dict[str, str | None]] | None) -> Image | None:
+    """``[{"c1": "v"}, {"c2": null}]`` as ``{"c1": "v", "c2": None}``, order kept."""
+    return None if cells is None else {name: value for cell in cells for name, value in cell.items()}
+
+
+_CONNECTION_LOST = (2006, 2013)  # server has gone away, lost connection during query
+_COLUMNS = "id, tid, dbname, tablename, create_time, instance_name, optype, data"
+
+
+class Consumer:
+    """Reads a channel's changes in id order, exactly the rows the checkpoint covers.
+
+    ``name`` makes the cursor persistent (table ``gate_consumer``): a new Consumer with the same name
+    resumes after the last :meth:`commit`. ``start`` overrides where to begin (default: the stored
+    cursor of ``name``, else the beginning). ``dbname``, ``tablename`` and ``optypes`` filter what
+    :meth:`poll` returns; the cursor still advances past the rows they leave out.
+    """
+
+    def __init__(self, dc: ServerConfig, channel: str, name: str | None = None, batch: int = 1000,
+                 dbname: str | None = None, tablename: str | None = None, optypes: Iterable[str] | None = None,
+                 start: Cursor | None = None) -> None:
+        self.channel = check_identifier(channel, "Channel name")
+        if name is not None and not 0 < len(name) <= 64:
+            raise InvalidValue(f"Consumer name {name!r} must have 1 to 64 characters.")
+        if batch < 1:
+            raise InvalidValue(f"The batch size must be at least 1, not {batch}.")
+        self.optypes = frozenset(optypes) if optypes else None
+        unknown = sorted((self.optypes or set()) - OPTYPES)
+        if unknown:
+            raise InvalidValue(f"Unknown optype(s) {', '.join(unknown)}; the optypes are {', '.join(sorted(OPTYPES))}.")
+        self.name = name
+        self.batch = batch
+        self._where = ""
+        self._args: list[Any] = []
+        for column, value in (("dbname", dbname), ("tablename", tablename)):
+            if value is not None:
+                self._where += f" AND {column} = %s"
+                self._args.append(value)
+        if self.optypes:
+            self._where += f" AND optype IN ({', '.join(['%s'] * len(self.optypes))})"
+            self._args.extend(sorted(self.optypes))
+        self._conn = connect(dc, "DC", channel, init_command="SET time_zone = '+00:00'")
+        self._committed = self._stored_cursor()
+        self.cursor = start if start is not None else self._committed
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _query(self, sql: str, args: Iterable[Any] = ()) -> tuple[tuple[Any, ...], ...]:
+        """Run one statement; a lost connection is reopened once (every statement here is safe to repeat)."""
+        try:
+            return self._run(sql, tuple(args))
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            if isinstance(exc, pymysql.err.OperationalError) and exc.args[0] not in _CONNECTION_LOST:
+                raise
+            self._conn.connect()
+            return self._run(sql, tuple(args))
+
+    def _run(self, sql: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
+        with self._conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+    def _stored_cursor(self) -> Cursor:
+        """The cursor last committed under this consumer's name (the beginning for a new or unnamed one)."""
+        if self.name is None:
+            return Cursor()
+        rows = self._query("SELECT id, tid FROM gate_consumer WHERE name = %s", (self.name,))
+        return Cursor(int(rows[0][0]), int(rows[0][1])) if rows else Cursor()
+
+    def checkpoint(self) -> Cursor:
+        """The channel's checkpoint: every row up to it is present and complete."""
+        (id_, tid), = self._query("SELECT id, tid FROM transfer_checkpoint")
+        return Cursor(int(id_), int(tid))
+
+    def position(self, after_id: int, checkpoint: Cursor | None = None) -> Cursor:
+        """The cursor right after row ``after_id`` (0: the beginning), which must be at or below the checkpoint."""
+        checkpoint = checkpoint or self.checkpoint()
+        if not 0 <= after_id <= checkpoint.id:
+            raise InvalidValue(f"Row {after_id} is not between 0 and the checkpoint of channel '{self.channel}', "
+                               f"{checkpoint.id}: rows above the checkpoint may be incomplete.")
+        if after_id in (0, checkpoint.id):
+            return checkpoint if after_id else Cursor()
+        (tid,), = self._query("SELECT tid FROM transfer_data WHERE id = %s", (after_id,))
+        return Cursor(after_id, int(tid))
+
+    def position_at_time(self, when: datetime) -> Cursor:
+        """The cursor before the first row (up to the checkpoint) executed at ``when`` or later; the checkpoint
+        if there is none. A naive ``when`` is UTC. (create_time follows id order only roughly: a transaction
+        is stamped when it starts and logged when it commits.)"""
+        checkpoint = self.checkpoint()
+        utc = when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+        (first,), = self._query("SELECT MIN(id) FROM transfer_data WHERE create_time >= %s AND id <= %s",
+                                (utc, checkpoint.id))
+        return checkpoint if first is None else self.position(int(first) - 1, checkpoint)
+
+    def poll(self) -> list[Change]:
+        """The next changes after the cursor, at most ``batch``, never above the checkpoint; ``[]`` when
+        caught up. Moves ``cursor`` past the rows returned (and past rows the filters left out)."""
+        checkpoint = self.checkpoint()
+        while self.cursor.id < checkpoint.id:
+            end = min(checkpoint.id, self.cursor.id + self.batch)
+            rows = self._query(
+                f"SELECT {_COLUMNS} FROM transfer_data WHERE id > %s AND id <= %s{self._where} ORDER BY id",
+                (self.cursor.id, end, *self._args))
+            self.cursor = self.position(end, checkpoint)
+            if rows:
+                return [Change.from_row(row) for row in rows]
+        return []
+
+    def commit(self) -> None:
+        """Store the cursor for this consumer's name; the next Consumer of that name resumes after it."""
+        if self.name is None:
+            raise InvalidValue("Only a named consumer stores its cursor: give Consumer(..., name=...), or keep "
+                               "consumer.cursor yourself and pass it back as start=.")
+        self._query("INSERT INTO gate_consumer (name, id, tid) VALUES (%s, %s, %s) "
+                    "ON DUPLICATE KEY UPDATE id = VALUES(id), tid = VALUES(tid)",
+                    (self.name, self.cursor.id, self.cursor.tid))
+        self._committed = self.cursor
+
+    def follow(self, idle_seconds: float = 0.5) -> Iterator[Change]:
+        """Every change from the cursor on, forever, sleeping ``idle_seconds`` whenever caught up.
+
+        A named consumer commits before it fetches the next batch, that is after the caller has
+        processed every change of the previous one (and when filters skipped rows).
+        """
+        while True:
+            batch = self.poll()
+            yield from batch
+            if self.name is not None and self.cursor != self._committed:
+                self.commit()
+            if not batch:
+                time.sleep(idle_seconds)

@@ -1,0 +1,232 @@
+"""config.yaml: the DC server, defaults for new channels, the sandbox.
+
+Any string value may reference environment variables as ``${NAME}`` or ``${NAME:-default}``.
+Passwords are held as :class:`Secret`, whose repr and str never show the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from gate.errors import ConfigError, InvalidIdentifier, InvalidValue
+
+DEFAULT_CONFIG = Path("config.yaml")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_ADDRESS = re.compile(r"^([A-Za-z0-9_.-]+)(?::([0-9]{1,5}))?$")
+
+
+class Secret:
+    """A password as written: literal text, or ``${NAME}`` references resolved from the environment
+    each time it is revealed. Its repr and str never show either."""
+
+    __slots__ = ("_text", "_where")
+
+    def __init__(self, text: str, where: str = "password") -> None:
+        self._text = text
+        self._where = where
+
+    def reveal(self) -> str:
+        """The password itself, for connecting; a reference to an unset variable is a ConfigError."""
+        return expand_env(self._text, self._where)
+
+    def as_written(self) -> str:
+        """The text as given (``${NAME}`` stays a reference), for storing a channel's settings."""
+        return self._text
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._text == self._text
+
+    def __hash__(self) -> int:
+        return hash(self._text)
+
+
+def expand_env(text: str, where: str) -> str:
+    """Replace ``${NAME}`` / ``${NAME:-default}`` references; a missing variable is an error."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = os.environ.get(name)
+        if value is not None:
+            return value
+        if default is not None:
+            return default
+        raise ConfigError(
+            f"{where} refers to the environment variable {name}, which is not set. "
+            f"Export it (export {name}=...) or give a default as ${{{name}:-value}}."
+        )
+
+    return _ENV_REF.sub(substitute, text)
+
+
+def check_identifier(name: str, what: str) -> str:
+    """Names reach SQL as identifiers: allow letters, digits and underscores only, up to 64 characters."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise InvalidIdentifier(
+            f"{what} {name!r} is not a safe identifier. Use 1 to 64 letters, digits or underscores, "
+            "starting with a letter or underscore (no dots, spaces, quotes, backticks or semicolons)."
+        )
+    return name
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``HOST``, port 3306) as host and port; it must fit instance_name (64 chars)."""
+    match = _ADDRESS.match(text)
+    port = int(match.group(2) or 3306) if match else 0
+    if not match or not 0 < port < 65536 or len(f"{match.group(1)}:{port}") > 64:
+        raise InvalidValue(
+            f"{what} {text!r} is not a valid address. Give HOST:PORT, e.g. 127.0.0.1:3306 or db1.example.com:3306 "
+            "(a host name or IPv4 address, a port from 1 to 65535, 64 characters at most)."
+        )
+    return match.group(1), port
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where a MySQL/MariaDB server is and how to log in."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: Secret = field(default_factory=lambda: Secret(""))
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def connect_args(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal()}
+
+
+@dataclass(frozen=True)
+class ChannelDefaults:
+    """Settings a new channel starts with; each can be changed per channel."""
+
+    timezone: str = "UTC"
+    binary_format: Literal["base64", "hex"] = "base64"
+    writers: int = 2
+    batch_rows: int = 1000
+    checkpoint_interval_ms: int = 100
+    standby_sample_seconds: float = 5.0
+    failover_after_seconds: float = 10.0
+    failover_margin_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    dir: str = ".state/sandbox"
+    source_port: int = 33061
+    standby_port: int = 33062
+    dc_port: int = 33063
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+@dataclass(frozen=True)
+class Config:
+    dc: ServerConfig = field(default_factory=ServerConfig)
+    channel_defaults: ChannelDefaults = field(default_factory=ChannelDefaults)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    path: Path | None = None
+
+    def resolve(self, path: str) -> Path:
+        """A path from the config as an absolute one, relative to the config file's folder (else the working
+        directory)."""
+        return ((self.path.parent if self.path else Path.cwd()) / path).absolute()
+
+
+_SECTIONS: dict[str, type] = {
+    "dc": ServerConfig, "channel_defaults": ChannelDefaults, "sandbox": SandboxConfig, "log": LogConfig,
+}
+
+
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    """Check one scalar against its declared type, expanding environment references in strings.
+
+    A Secret keeps its references and resolves them when revealed; they are checked here already.
+    """
+    kind = str(kind)
+    if kind == "Secret":
+        secret = Secret("" if value is None else str(value), where)
+        secret.reveal()
+        return secret
+    if isinstance(value, str):
+        value = expand_env(value, where)
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+            raise ConfigError(f"{where} must be a whole number, not {value!r}.")
+        return int(value)
+    if kind == "float":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be a number, not {value!r}.") from None
+    if kind.startswith("Literal"):
+        allowed = re.findall(r"'([^']*)'", kind)
+        if value not in allowed:
+            raise ConfigError(f"{where} must be one of {', '.join(allowed)}, not {value!r}.")
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be text, not {value!r}.")
+    return value
+
+
+def _section(raw: Any, cls: type, name: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config section '{name}' must be a mapping of keys to values.")
+    known = {f.name: f.type for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"config section '{name}' has unknown key(s) {', '.join(map(str, unknown))}; "
+            f"the keys it accepts are {', '.join(known)}."
+        )
+    return cls(**{k: _coerce(v, known[k], f"{name}.{k}") for k, v in raw.items()})
+
+
+def parse_config(text: str, source: str = "config.yaml") -> Config:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{source} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source} must be a mapping with the sections {', '.join(_SECTIONS)}.")
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{source} has unknown section(s) {', '.join(map(str, unknown))}; "
+            f"the sections it accepts are {', '.join(_SECTIONS)}."
+        )
+    return Config(**{name: _section(raw.get(name), cls, name) for name, cls in _SECTIONS.items()})
+
+
+def load_config(path: Path | str | None = None) -> Config:
+    """Read config from ``path``, else $GATE_CONFIG, else ./config.yaml; built-in defaults if none exists."""
+    chosen = Path(path or os.environ.get("GATE_CONFIG") or DEFAULT_CONFIG)
+    if not chosen.exists():
+        if path or os.environ.get("GATE_CONFIG"):
+            raise ConfigError(f"config file {chosen} does not exist. Pass --config with the path of your config.yaml.")
+        return Config()
+    config = parse_config(chosen.read_text(encoding="utf-8"), str(chosen))
+    return Config(config.dc, config.channel_defaults, config.sandbox, config.log, chosen)

@@ -1,0 +1,249 @@
+"""Access to a channel's DC database: connections, schema, settings and resume state.
+
+A channel is one database on the DC server. Its settings live in ``gate_settings`` (one JSON value
+per name) and its resume position in ``gate_resume``, next to the contract tables.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pymysql
+
+import dc_schema
+from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier
+from gate.errors import ChannelExists, ChannelNotFound, ConnectionFailed, SchemaVersionError
+
+GATE_VERSION = "0.1.0"
+
+
+def connect(server: ServerConfig, role: str, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
+    """Connect with a clear, password-free message for the usual failures."""
+    options: dict[str, Any] = {"charset": "utf8mb4", "autocommit": True, "connect_timeout": 5, **kwargs}
+    try:
+        return pymysql.connect(**server.connect_args(), database=database, **options)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else 0
+        if code == 1045:
+            raise ConnectionFailed(
+                f"The {role} server {server.address} refused user '{server.user}': wrong password or no such "
+                f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
+            ) from None
+        if code == 1049:
+            raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
+        if code in (2003, 2005, 2006, 2013):
+            raise ConnectionFailed(
+                f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "
+                f"Check that it is running and that host and port are right."
+            ) from None
+        raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ChannelSettings:
+    """Everything gate needs to run a channel. Passwords are kept as written (literal or ${ENV}) and
+    resolved only when a connection reveals them."""
+
+    name: str
+    source: ServerConfig
+    standby: ServerConfig | None = None
+    server_id: int = 0
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    failover_mode: str = "gtid"
+    on_divergence: str = "stop"
+    defaults: ChannelDefaults = field(default_factory=ChannelDefaults)
+
+    def as_rows(self) -> dict[str, Any]:
+        """The settings as the name -> JSON value rows of gate_settings."""
+        rows: dict[str, Any] = {
+            "source": _server_row(self.source),
+            "standby": _server_row(self.standby) if self.standby else None,
+            "server_id": self.server_id,
+            "allow": list(self.allow),
+            "deny": list(self.deny),
+            "failover_mode": self.failover_mode,
+            "on_divergence": self.on_divergence,
+        }
+        rows.update(asdict(self.defaults))
+        return rows
+
+    @classmethod
+    def from_rows(cls, name: str, rows: dict[str, Any]) -> ChannelSettings:
+        default_names = {f for f in asdict(ChannelDefaults())}
+        defaults = ChannelDefaults(**{k: v for k, v in rows.items() if k in default_names})
+        return cls(
+            name=name,
+            source=_server_from_row(rows["source"], f"channel {name} source"),
+            standby=_server_from_row(rows["standby"], f"channel {name} standby") if rows.get("standby") else None,
+            server_id=int(rows.get("server_id", 0)),
+            allow=tuple(rows.get("allow", ())),
+            deny=tuple(rows.get("deny", ())),
+            failover_mode=rows.get("failover_mode", "gtid"),
+            on_divergence=rows.get("on_divergence", "stop"),
+            defaults=defaults,
+        )
+
+
+def _server_row(server: ServerConfig) -> dict[str, Any]:
+    return {"host": server.host, "port": server.port, "user": server.user, "password": server.password.as_written()}
+
+
+def _server_from_row(row: dict[str, Any], where: str) -> ServerConfig:
+    """Password references like ${SRC_PASSWORD} resolve on connecting, from the gate process's environment."""
+    return ServerConfig(row["host"], int(row["port"]), row["user"], Secret(row.get("password", ""), f"{where} password"))
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """The checkpoint and the binlog position right after its last transaction."""
+
+    id: int = 0
+    tid: int = 0
+    log_file: str | None = None
+    log_pos: int | None = None
+    gtid_pos: str | None = None
+    instance_name: str | None = None
+    event_time: int | None = None
+
+    def moved(self, **changes: Any) -> ResumeState:
+        return replace(self, **changes)
+
+
+def q(name: str) -> str:
+    """Backquote an identifier that check_identifier has accepted."""
+    return f"`{check_identifier(name, 'identifier')}`"
+
+
+def channel_exists(conn: pymysql.Connection, name: str) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (name,))
+        return cur.fetchone() is not None
+
+
+def schema_version(conn: pymysql.Connection, name: str) -> int:
+    """The version a channel database was created with; errors for missing or incompatible ones."""
+    if not channel_exists(conn, name):
+        raise ChannelNotFound(f"No channel '{name}' on this DC server. 'gate channel list' shows the channels there.")
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'gate_meta'", (name,))
+        if cur.fetchone() is None:
+            raise SchemaVersionError(
+                f"Database '{name}' on the DC server is not a gate channel (it has no gate_meta table), so gate "
+                "leaves it alone. 'gate channel list' shows the channels there."
+            )
+    version = stored_schema_version(conn, name)
+    if version not in dc_schema.COMPATIBLE_VERSIONS:
+        raise SchemaVersionError(
+            f"Channel '{name}' has DC schema version {version}, which this gate ({GATE_VERSION}, schema "
+            f"version {dc_schema.SCHEMA_VERSION}) cannot use. Run the gate version that created it, or "
+            "create a new channel and let it start from a fresh position."
+        )
+    return version
+
+
+def stored_schema_version(conn: pymysql.Connection, name: str) -> int:
+    """The version recorded in a channel database's gate_meta, 0 if none is recorded."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT value FROM {q(name)}.gate_meta WHERE name = 'schema_version'")
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def list_channels(conn: pymysql.Connection) -> list[str]:
+    """Databases on the DC server that carry gate's meta table."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'gate_meta' ORDER BY 1")
+        return [r[0] for r in cur.fetchall()]
+
+
+def check_new(conn: pymysql.Connection, name: str) -> None:
+    """Refuse a channel name that a database on the DC server already has."""
+    if channel_exists(conn, name):
+        if name not in list_channels(conn):
+            raise ChannelExists(
+                f"The DC server already has a database '{name}', and it is not a gate channel. "
+                "Pick another channel name; gate never takes over a database it did not create."
+            )
+        raise ChannelExists(
+            f"Channel '{name}' already exists on the DC server. Use 'gate channel show {name}' to see it, "
+            f"or 'gate channel drop {name}' first to start over."
+        )
+
+
+def create_channel(conn: pymysql.Connection, settings: ChannelSettings) -> None:
+    """Create the channel database with every table, its settings and an empty checkpoint."""
+    name = settings.name
+    check_new(conn, name)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {q(name)} DEFAULT CHARACTER SET utf8mb4")
+        try:
+            for statement in dc_schema.ddl_statements():
+                cur.execute(f"USE {q(name)}")
+                cur.execute(statement)
+            conn.begin()
+            cur.executemany(
+                f"INSERT INTO {q(name)}.gate_meta (name, value) VALUES (%s, %s)",
+                [("schema_version", str(dc_schema.SCHEMA_VERSION)), ("created_by", f"gate {GATE_VERSION}")],
+            )
+            cur.execute(f"INSERT INTO {q(name)}.transfer_checkpoint (id, tid) VALUES (0, 0)")
+            cur.execute(f"INSERT INTO {q(name)}.gate_resume (singleton, id, tid) VALUES (1, 0, 0)")
+            _write_rows(cur, name, settings.as_rows())
+            conn.commit()
+        except Exception:
+            conn.rollback()
+            cur.execute(f"DROP DATABASE IF EXISTS {q(name)}")
+            raise
+
+
+def _write_rows(cur: pymysql.cursors.Cursor, name: str, rows: dict[str, Any]) -> None:
+    cur.executemany(
+        f"REPLACE INTO {q(name)}.gate_settings (name, value) VALUES (%s, %s)",
+        [(k, json.dumps(v)) for k, v in rows.items()],
+    )
+
+
+def read_settings(conn: pymysql.Connection, name: str) -> ChannelSettings:
+    schema_version(conn, name)
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT name, value FROM {q(name)}.gate_settings")
+        rows = {k: json.loads(v) for k, v in cur.fetchall()}
+    return ChannelSettings.from_rows(name, rows)
+
+
+def write_settings(conn: pymysql.Connection, settings: ChannelSettings) -> None:
+    schema_version(conn, settings.name)
+    with conn.cursor() as cur:
+        store_settings(cur, settings)
+
+
+def store_settings(cur: pymysql.cursors.Cursor, settings: ChannelSettings) -> None:
+    """Write every setting; the caller owns the transaction."""
+    _write_rows(cur, settings.name, settings.as_rows())
+
+
+def read_resume(conn: pymysql.Connection, name: str) -> ResumeState:
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT id, tid, log_file, log_pos, gtid_pos, instance_name, event_time FROM {q(name)}.gate_resume"
+        )
+        row = cur.fetchone()
+    return ResumeState(*row) if row else ResumeState()
+
+
+def write_resume(cur: pymysql.cursors.Cursor, name: str, state: ResumeState) -> None:
+    """Move checkpoint and resume state together; the caller owns the transaction."""
+    cur.execute(f"UPDATE {q(name)}.transfer_checkpoint SET id = %s, tid = %s", (state.id, state.tid))
+    cur.execute(
+        f"UPDATE {q(name)}.gate_resume SET id = %s, tid = %s, log_file = %s, log_pos = %s, gtid_pos = %s, "
+        "instance_name = %s, event_time = %s",
+        (state.id, state.tid, state.log_file, state.log_pos, state.gtid_pos, state.instance_name, state.event_time),
+    )
+
+
+def drop_channel(conn: pymysql.Connection, name: str) -> None:
+    schema_version(conn, name)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE {q(name)}")

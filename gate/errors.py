@@ -1,0 +1,67 @@
+"""Named exceptions. Every message says what is wrong and how to fix it, in one paragraph."""
+
+from __future__ import annotations
+
+
+class GateError(Exception):
+    """Base of every error gate reports to a user; the CLI prints it and exits with ``exit_code``."""
+
+    exit_code = 1
+
+
+class ConfigError(GateError):
+    """config.yaml is missing, malformed, or has unknown or invalid keys."""
+
+    exit_code = 2
+
+
+class InvalidIdentifier(GateError):
+    """A name from the command line or config is not safe to use as a SQL identifier."""
+
+    exit_code = 2
+
+
+class InvalidValue(GateError):
+    """A value from the command line is malformed or does not fit (address, pattern, time zone, position)."""
+
+    exit_code = 2
+
+
+class NotConfirmed(GateError):
+    """A destructive command was not confirmed."""
+
+
+class ConnectionFailed(GateError):
+    """A server could not be reached or refused the credentials."""
+
+
+class ChannelExists(GateError):
+    """A channel with that name already exists on the DC server."""
+
+
+class ChannelNotFound(GateError):
+    """No channel with that name exists on the DC server."""
+
+
+class SchemaVersionError(GateError):
+    """The channel's DC database was created by an incompatible gate version."""
+
+
+class PreflightFailed(GateError):
+    """The source (or standby) is not configured for row-based change capture."""
+
+
+class PositionPurged(GateError):
+    """The resume position is no longer in the source's binary logs."""
+
+
+class SandboxError(GateError):
+    """A sandbox MariaDB server could not be created, started or stopped."""
+
+
+class StreamLost(GateError):
+    """The binlog connection broke; the reader reconnects from the last complete transaction."""
+
+
+class FailoverError(GateError):
+    """The switch to the standby could not be made exactly."""

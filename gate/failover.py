@@ -1,0 +1,334 @@
+"""Failover to the standby: samples, the switch, and exact removal of duplicates.
+
+While a channel runs with a standby, :class:`StandbySampler` records the standby's binlog position,
+clock and GTID position every few seconds. When the source has been unreachable for
+``failover_after_seconds`` (or the DBA asks for a planned switch), :func:`plan_switch` picks the
+newest sample older than the last checkpointed transaction's source time minus
+``failover_margin_seconds``, and stores, in one DC transaction, the new source (the standby), the
+resume position at that sample and a *dedupe marker*. From that position :func:`without_held` drops
+every transaction the DC already holds, asking :class:`Deduper`: by GTID (the standby's binlog keeps
+the origin GTIDs) or by a fingerprint of origin server_id, source timestamp and row images. The
+marker is cleared by the first checkpoint that follows a transaction new to the DC, so a crash
+anywhere in the switch repeats the same steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import pymysql
+
+from gate.config import ServerConfig
+from gate.dc import ChannelSettings, ResumeState, connect, q, store_settings, write_resume
+from gate.errors import FailoverError, GateError
+from gate.reader import Begin, Commit, Idle, Item, Rows, Statement
+from gate.translate import Change, Translator
+
+log = logging.getLogger(__name__)
+
+KEEP_SAMPLES = 2000
+MARKER = "failover_dedupe"
+PLANNED = "planned switch by the DBA"
+MODES = ("gtid", "fingerprint")
+ON_DIVERGENCE = ("stop", "continue")
+
+
+class StandbySampler(threading.Thread):
+    """Every ``interval`` seconds: the standby's SHOW MASTER STATUS, UNIX_TIMESTAMP() and @@gtid_binlog_pos -> DC."""
+
+    def __init__(self, dc: ServerConfig, channel: str, standby: ServerConfig, interval: float) -> None:
+        super().__init__(name="gate-standby-sampler", daemon=True)
+        self.dc, self.channel, self.standby, self.interval = dc, channel, standby, interval
+        self._halt = threading.Event()  # not "_stop": threading.Thread uses that name itself
+
+    def stop(self) -> None:
+        """Stop sampling and wait for a sample in progress: none may land after a switch."""
+        self._halt.set()
+        if self.is_alive():
+            self.join()
+
+    def sample_once(self) -> None:
+        """One sample. The position is read before the clock, so the sample never claims a position
+        the standby reached only after its timestamp."""
+        with connect(self.standby, "standby", connect_timeout=3) as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            status = cur.fetchone()
+            cur.execute("SELECT UNIX_TIMESTAMP(), @@gtid_binlog_pos")
+            now, gtid = cur.fetchone()
+        if status is None:
+            raise FailoverError(f"The standby {self.standby.address} has binary logging off; it cannot be failed over to.")
+        with connect(self.dc, "DC", self.channel) as conn, conn.cursor() as cur:
+            cur.execute("REPLACE INTO gate_standby_sample (sampled_at, log_file, log_pos, gtid_pos) "
+                        "VALUES (%s, %s, %s, %s)", (int(now), status[0], int(status[1]), gtid or None))
+            cur.execute("DELETE FROM gate_standby_sample WHERE sampled_at < %s", (int(now) - KEEP_SAMPLES * self.interval,))
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.sample_once()
+            except (GateError, pymysql.err.Error) as exc:
+                log.warning("standby sample not taken: %s", exc)
+            self._halt.wait(self.interval)
+
+
+@dataclass(frozen=True)
+class DedupeMarker:
+    """What the DC held when the switch was planned; stored in gate_meta until the switch completes."""
+
+    mode: str  # gtid | fingerprint
+    held_gtids: dict[str, int] = field(default_factory=dict)  # domain -> last seq the DC holds
+    origin_server_id: int = 0  # the old source's server_id, for fingerprints
+    margin: float = 5.0  # fingerprint mode compares DC transactions from a standby one's time - margin
+    checkpoint_id: int = 0
+    from_instance: str = ""
+    sampled_at: int = 0  # the standby's clock at the sample the switch reads from
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> DedupeMarker:
+        return cls(**json.loads(text))
+
+
+def _gtid_seqs(gtid_pos: str | None) -> dict[str, int]:
+    """MariaDB GTID list -> the highest sequence number of each domain (a domain may list several servers)."""
+    seqs: dict[str, int] = {}
+    for gtid in filter(None, (g.strip() for g in (gtid_pos or "").split(","))):
+        domain, _server, seq = gtid.split("-")
+        seqs[domain] = max(seqs.get(domain, 0), int(seq))
+    return seqs
+
+
+def fingerprint(server_id: int, timestamp: int, changes: Sequence[Change]) -> str:
+    digest = hashlib.sha256(f"{server_id}|{timestamp}".encode())
+    for change in changes:
+        digest.update("\x1f".join(change).encode())
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def read_marker(conn: pymysql.Connection, channel: str) -> DedupeMarker | None:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s", (MARKER,))
+        row = cur.fetchone()
+    return DedupeMarker.from_json(row[0]) if row else None
+
+
+def clear_marker(cur: pymysql.cursors.Cursor, channel: str) -> None:
+    cur.execute(f"DELETE FROM {q(channel)}.gate_meta WHERE name = %s", (MARKER,))
+
+
+def forget_samples(cur: pymysql.cursors.Cursor, channel: str) -> None:
+    """Drop the standby samples: positions of one server mean nothing for another."""
+    cur.execute(f"DELETE FROM {q(channel)}.gate_standby_sample")
+
+
+def _standby(settings: ChannelSettings) -> ServerConfig:
+    if settings.standby is None:
+        raise FailoverError(f"Channel '{settings.name}' has no standby to switch to. Set one with "
+                            f"'gate channel set-standby {settings.name} HOST:PORT'.")
+    return settings.standby
+
+
+def catch_up(settings: ChannelSettings, timeout: float) -> int:
+    """Wait until the standby has applied all that the (live) source has binlogged; returns the source's
+    server_id. For a planned switch: afterwards the standby holds every transaction the DC holds."""
+    source, standby = settings.source, _standby(settings)
+    with connect(source, "source") as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_id, @@gtid_binlog_pos")
+        server_id, position = cur.fetchone()
+    with connect(standby, "standby", read_timeout=timeout + 30) as conn, conn.cursor() as cur:
+        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position or "", timeout))
+        if cur.fetchone()[0] != 0:
+            raise FailoverError(
+                f"The standby {standby.address} has not applied the source's GTID position {position} within "
+                f"{timeout:.0f} s, so channel '{settings.name}' was not switched. Check its replication (SHOW SLAVE "
+                "STATUS on the standby) and try again, or allow more time with --catch-up-timeout.")
+    return int(server_id)
+
+
+def _wait_relay_applied(standby: ServerConfig, timeout: float = 30.0) -> str:
+    """Let the standby apply what it has received; returns its final @@gtid_binlog_pos."""
+    deadline = time.monotonic() + timeout
+    with connect(standby, "standby") as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+        while True:
+            cur.execute("SHOW SLAVE STATUS")
+            status = cur.fetchone()
+            if status is None or (status["Read_Master_Log_Pos"] == status["Exec_Master_Log_Pos"]
+                                  and status["Relay_Master_Log_File"] == status["Master_Log_File"]):
+                break
+            if time.monotonic() > deadline:
+                log.warning("standby %s still applying its relay log after %.0f s; switching anyway",
+                            standby.address, timeout)
+                break
+            time.sleep(0.1)
+        cur.execute("SELECT @@gtid_binlog_pos AS pos")
+        return cur.fetchone()["pos"] or ""
+
+
+def plan_switch(conn: pymysql.Connection, settings: ChannelSettings, state: ResumeState, origin_server_id: int,
+                reason: str) -> tuple[ChannelSettings, ResumeState]:
+    """Choose the restart point on the standby and store the switch; returns the new settings and state.
+
+    In one DC transaction: the standby becomes the source and the channel has no standby any more
+    (the old source does not replicate from the new one), the resume position is the chosen sample's,
+    the samples (positions of the new source) are dropped, the dedupe marker is set and the switch
+    is recorded in gate_switch.
+    """
+    channel, standby = settings.name, _standby(settings)
+    margin = settings.defaults.failover_margin_seconds
+    newest_allowed = (state.event_time or 0) - margin
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT sampled_at, log_file, log_pos FROM {q(channel)}.gate_standby_sample "
+                    "WHERE sampled_at < %s ORDER BY sampled_at DESC LIMIT 1", (newest_allowed,))
+        sample = cur.fetchone()
+    if sample is None:
+        raise FailoverError(
+            f"Channel '{channel}' cannot fail over to {standby.address}: no standby sample is older than the last "
+            f"checkpointed transaction's time minus the margin ({newest_allowed}). Samples are taken every "
+            f"{settings.defaults.standby_sample_seconds} s while gate runs; set a start position on the standby "
+            "by hand ('gate channel set-source' and 'set-position') if you know it."
+        )
+    sampled_at, log_file, log_pos = sample
+    standby_gtids = _gtid_seqs(_wait_relay_applied(standby))
+    held = _gtid_seqs(state.gtid_pos)
+    mode = settings.failover_mode
+    if mode == "gtid":
+        lost = {d: (standby_gtids.get(d, 0), seq) for d, seq in held.items() if seq > standby_gtids.get(d, 0)}
+        if lost:
+            described = ", ".join(f"domain {d}: seq {lo + 1}..{hi}" for d, (lo, hi) in lost.items())
+            report_divergence(settings, f"GTIDs the standby never received ({described})")
+    marker = DedupeMarker(mode, held, origin_server_id, margin, state.id,
+                          state.instance_name or settings.source.address, int(sampled_at))
+    new_settings = replace(settings, source=standby, standby=None)
+    new_state = replace(state, log_file=log_file, log_pos=int(log_pos), gtid_pos=None, instance_name=standby.address)
+    conn.begin()
+    with conn.cursor() as cur:
+        store_settings(cur, new_settings)
+        write_resume(cur, channel, new_state)
+        forget_samples(cur, channel)
+        cur.execute(f"REPLACE INTO {q(channel)}.gate_meta (name, value) VALUES (%s, %s)", (MARKER, marker.to_json()))
+        cur.execute(f"INSERT INTO {q(channel)}.gate_switch (from_instance, to_instance, reason, at_id) "
+                    "VALUES (%s, %s, %s, %s)", (marker.from_instance, standby.address, reason[:2000], state.id))
+    conn.commit()
+    log.warning("channel %s switched from %s to the standby %s (%s); reading it from %s:%s, sample of %s, %s dedupe",
+                channel, marker.from_instance, standby.address, reason, log_file, log_pos, sampled_at, mode)
+    return new_settings, new_state
+
+
+def report_divergence(settings: ChannelSettings, what: str) -> None:
+    message = (f"DIVERGENCE on channel '{settings.name}': the DC holds {what}. Those changes were lost by "
+               "asynchronous replication and exist only in the DC.")
+    log.error(message)
+    if settings.on_divergence != "continue":
+        raise FailoverError(message + " gate stops here; set on_divergence to 'continue' for this channel "
+                                      f"('gate channel set {settings.name} --on-divergence continue') to accept "
+                                      "the loss and go on.")
+
+
+class Deduper:
+    """Decides, per standby transaction in binlog order, whether the DC already holds it."""
+
+    def __init__(self, marker: DedupeMarker, conn: pymysql.Connection, channel: str) -> None:
+        self.marker = marker
+        self._conn, self._channel = conn, channel
+        self._dc: dict[str, list[int]] = {}  # fingerprint -> tids, of the DC transactions from self._since on
+        self._since: float | None = None
+        self._last = 0  # tid of the last DC transaction matched
+
+    def held(self, gtid: str | None, server_id: int, timestamp: int, changes: Sequence[Change]) -> bool:
+        """By GTID in gtid mode; else by fingerprint, against the DC transactions from ``timestamp`` minus
+        the margin on. The standby replays the source's order, so a match must come after the last one."""
+        if self.marker.mode == "gtid" and gtid:
+            domain, _, seq = gtid.split("-")
+            return int(seq) <= self.marker.held_gtids.get(domain, 0)
+        since = timestamp - self.marker.margin
+        if self._since is None or since < self._since:
+            self._load(since)
+        for tid in self._dc.get(fingerprint(server_id, timestamp, changes), ()):
+            if tid > self._last:
+                self._last = tid
+                return True
+        return False
+
+    def _load(self, since: float) -> None:
+        """Fingerprints of the DC's transactions from ``since`` up to the checkpoint at the switch."""
+        with self._conn.cursor() as cur:
+            cur.execute(
+                f"SELECT tid, UNIX_TIMESTAMP(create_time), dbname, tablename, optype, data FROM "
+                f"{q(self._channel)}.transfer_data WHERE id <= %s AND create_time >= FROM_UNIXTIME(%s) ORDER BY id",
+                (self.marker.checkpoint_id, max(1, int(since))))
+            rows = cur.fetchall()
+        by_tid: dict[int, tuple[int, list[Change]]] = {}
+        for tid, ts, db, table, optype, data in rows:
+            by_tid.setdefault(tid, (int(ts), []))[1].append((db, table, optype, data))
+        self._dc = {}
+        for tid, (ts, changes) in by_tid.items():
+            self._dc.setdefault(fingerprint(self.marker.origin_server_id, ts, changes), []).append(tid)
+        self._since = since
+
+    def lost(self) -> list[int]:
+        """Fingerprint mode, once the standby has no more transactions the DC holds: tids of DC transactions
+        the standby never had. They are the ones after the last matched transaction; with none matched, at
+        least those newer than the sample plus the margin (the standby had applied none of them by then)."""
+        if self.marker.mode == "gtid":
+            return []
+        after, value = ("tid > %s", self._last) if self._last else (
+            "create_time > FROM_UNIXTIME(%s)", self.marker.sampled_at + int(self.marker.margin))
+        with self._conn.cursor() as cur:
+            cur.execute(f"SELECT DISTINCT tid FROM {q(self._channel)}.transfer_data WHERE id <= %s AND {after} "
+                        "ORDER BY tid", (self.marker.checkpoint_id, value))
+            return [row[0] for row in cur.fetchall()]
+
+
+def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator,
+                 settings: ChannelSettings) -> Iterator[Item]:
+    """After a switch: drop the standby's transactions that the DC holds, then pass everything on.
+
+    Dropping ends at the first transaction new to the DC, or at the first heartbeat between
+    transactions (the standby has sent all it has; the switch waited for it to apply its relay log).
+    Then the DC transactions the standby never had are reported as a divergence.
+    """
+    skipped = 0
+    buffered: list[Item] = []
+    for item in items:
+        if type(item) is Idle:
+            if buffered:
+                continue
+            break
+        buffered.append(item)
+        if type(item) is not Commit:
+            continue
+        begin = buffered[0]
+        changes: list[Change] = []
+        first_time = item.timestamp
+        for part in buffered:
+            if type(part) is Rows:
+                first_time = part.event.timestamp if not changes else first_time
+                changes.extend(translator.rows(part))
+            elif type(part) is Statement:
+                first_time = part.timestamp if not changes else first_time
+                change = translator.statement(part)
+                changes.extend([change] if change else [])
+        gtid = begin.gtid if type(begin) is Begin else None
+        server_id = begin.server_id if type(begin) is Begin else 0
+        if changes and not deduper.held(gtid, server_id, first_time, changes):
+            break
+        skipped += 1
+        buffered = []
+    else:
+        return  # stopped while dropping: the next run repeats it from the same marker
+    log.info("switch: skipped %d transactions the DC already held; %s", skipped,
+             "the next one is new" if buffered else "the standby has sent all it has")
+    lost = deduper.lost()
+    if lost:
+        report_divergence(settings, f"{len(lost)} transactions the standby never received (tids {lost[0]}..{lost[-1]})")
+    yield from buffered
+    yield from items

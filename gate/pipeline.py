@@ -1,0 +1,317 @@
+"""``gate run``: reader -> translate -> sequencer -> writers -> checkpointer, for one channel.
+
+Start-up makes the DC consistent before reading: it takes the channel's lock (one gate per
+channel), removes rows above the checkpoint (a crashed run may have left a partial transaction
+there) and resumes the binlog at the checkpoint's transaction boundary. The same binlog from the
+same boundary yields the same ids and tids, so a restart continues exactly where the DC stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+import pymysql
+
+from gate.checkpoint import Checkpointer
+from gate.config import ServerConfig
+from gate.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
+from gate.errors import ConnectionFailed, GateError
+from gate.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
+from gate.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
+                         current_position)
+from gate.sequencer import DCRow, Sequencer
+from gate.translate import TableFilter, Translator
+from gate.writer import WriterPool
+
+log = logging.getLogger(__name__)
+
+FLUSH_AFTER = 0.02  # seconds a chunk may wait for more rows once a transaction has ended
+PROGRESS_EVERY = 10.0
+
+
+class ChannelBusy(GateError):
+    """Another gate process is running the channel."""
+
+
+@dataclass
+class RunStats:
+    rows: int = 0
+    transactions: int = 0
+    started: float = 0.0
+
+
+def describe_columns(server: ServerConfig):  # type: ignore[no-untyped-def]
+    """CREATE TABLE ... LIKE: the copied table's columns, read from the source when the DDL passes."""
+
+    def describe(db: str, table: str) -> list[dict[str, str]]:
+        with connect(server, "source") as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT column_name, is_nullable, column_key, column_type FROM information_schema.columns "
+                "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", (db, table))
+            return [
+                {"field_name": name, "nullable": "Yes" if nullable == "YES" else "No",
+                 "primary_key": "Yes" if key == "PRI" else "No", "data_type": ctype}
+                for name, nullable, key, ctype in cur.fetchall()
+            ]
+
+    return describe
+
+
+class Pipeline:
+    """Runs one channel in the foreground until :meth:`stop` (or SIGTERM/SIGINT)."""
+
+    def __init__(self, dc: ServerConfig, channel: str, preflight: bool = True) -> None:
+        q(channel)
+        self.dc = dc
+        self.channel = channel
+        self.preflight = preflight
+        self.stats = RunStats()
+        self._stopping = threading.Event()
+        self._reader: BinlogReader | None = None
+        self._ctl: pymysql.Connection | None = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._reader is not None:
+            self._reader.stop()
+
+    # --- DC control connection: holds the channel lock and writes checkpoints -------------------
+
+    def _lock_name(self) -> str:
+        return f"gate:{self.channel}"
+
+    def _open_ctl(self) -> pymysql.Connection:
+        conn = connect(self.dc, "DC", self.channel)
+        with conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (self._lock_name(), self._lock_name()))
+            got, holder = cur.fetchone()
+        if got != 1:
+            conn.close()
+            raise ChannelBusy(
+                f"Channel '{self.channel}' is already being run by another gate process (DC connection "
+                f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
+            )
+        return conn
+
+    def _ctl_conn(self) -> pymysql.Connection:
+        """The control connection, reopened (and the lock retaken) after a DC restart."""
+        if self._ctl is not None:
+            try:
+                self._ctl.ping(reconnect=False)
+                return self._ctl
+            except pymysql.err.Error:
+                self._ctl = None
+        self._ctl = self._open_ctl()
+        return self._ctl
+
+    # --- start-up ----------------------------------------------------------------------------
+
+    def _prepare(self, settings: ChannelSettings) -> ResumeState:
+        conn = self._ctl_conn()
+        state = read_resume(conn, self.channel)
+        source = settings.source
+        if state.instance_name and state.instance_name != source.address:
+            raise GateError(
+                f"Channel '{self.channel}' resumes from a position on {state.instance_name}, but its source is "
+                f"now {source.address}: binlog positions of one server mean nothing on another. Set a start "
+                f"position on the new source with 'gate channel set-position {self.channel} ...'."
+            )
+        if not state.log_file and not state.gtid_pos:
+            now = current_position(source)
+            state = state.moved(log_file=now.log_file, log_pos=now.log_pos, gtid_pos=now.gtid_pos,
+                                instance_name=source.address)
+            self._store(state)
+            log.info("channel %s had no start position; starting at the source's current one, %s",
+                     self.channel, now.describe())
+        removed = 0
+        with conn.cursor() as cur:
+            while cur.execute(f"DELETE FROM {q(self.channel)}.transfer_data WHERE id > %s ORDER BY id LIMIT 20000",
+                              (state.id,)):
+                removed += cur.rowcount
+        if removed:
+            log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
+        return state
+
+    def _store(self, state: ResumeState) -> None:
+        conn = self._ctl_conn()
+        conn.begin()
+        with conn.cursor() as cur:
+            write_resume(cur, self.channel, state)
+        conn.commit()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> RunStats:
+        """Run until stopped; when the source stays down and a standby is set, switch to it and go on."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        while True:
+            settings = read_settings(self._ctl_conn(), self.channel)
+            if self.preflight:
+                from gate.preflight import require_channel
+
+                for problem in require_channel(settings):
+                    log.warning("preflight: %s", problem)
+            state = self._prepare(settings)
+            try:
+                self._run_source(settings, state)
+                return self.stats
+            except SourceDown as exc:
+                if settings.standby is None or self._stopping.is_set():
+                    raise
+                log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
+                state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
+                plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
+
+    def _origin_server_id(self) -> int:
+        """The source's server_id as recorded at the last start (fingerprints need it after its death)."""
+        with self._ctl_conn().cursor() as cur:
+            cur.execute(f"SELECT value FROM {q(self.channel)}.gate_meta WHERE name = 'source_server_id'")
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def _record_source_server_id(self, source: ServerConfig) -> None:
+        try:
+            with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
+                cur.execute("SELECT @@server_id")
+                server_id = cur.fetchone()[0]
+        except GateError:
+            return  # unreachable now: the reader will say so
+        with self._ctl_conn().cursor() as cur:
+            cur.execute(f"REPLACE INTO {q(self.channel)}.gate_meta (name, value) VALUES ('source_server_id', %s)",
+                        (str(server_id),))
+
+    def _run_source(self, settings: ChannelSettings, state: ResumeState) -> None:
+        source = settings.source
+        defaults = settings.defaults
+        self._record_source_server_id(source)
+        retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
+        self._reader = reader = BinlogReader(
+            source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos), retry_for=retry_for)
+        translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
+                                TableFilter(settings.allow, settings.deny), describe_columns(source))
+        marker = read_marker(self._ctl_conn(), self.channel)
+        items: Iterator[Item] = iter(reader)
+        if marker is not None:
+            items = without_held(items, Deduper(marker, self._ctl_conn(), self.channel), translator, settings)
+        else:
+            try:
+                reader.check_position()
+            except ConnectionFailed:
+                if settings.standby is None:
+                    raise  # else the reader retries, and the channel fails over if the source stays down
+        sequencer = Sequencer(state.id, state.tid, source.address)
+        checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,
+                                    marker_pending=marker is not None)
+        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds)
+                   if settings.standby else None)
+        pool = WriterPool(self.dc, self.channel, defaults.writers)
+        log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d writers%s",
+                 self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.writers,
+                 f", standby {settings.standby.address}" if settings.standby else "")
+        if sampler is not None:
+            sampler.start()
+        self.stats.started = time.monotonic()
+        clean = False
+        try:
+            self._loop(items, reader.server.address, translator, sequencer, checkpointer, pool, defaults.batch_rows)
+            clean = True
+        except SourceDown:
+            clean = True  # what the writers have is good: drain it and checkpoint before the switch
+            raise
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            self._finish(checkpointer, pool, drain=clean)
+
+    def _loop(self, items: Iterator[Item], instance: str, translator: Translator, sequencer: Sequencer,
+              checkpointer: Checkpointer, pool: WriterPool, batch_rows: int) -> None:
+        rows: list[DCRow] = []
+        boundary: ResumeState | None = None
+        chunk_no = 0
+        chunk_since = time.monotonic()
+        next_progress = chunk_since + PROGRESS_EVERY
+        logged = checkpointer.state
+
+        def flush() -> None:
+            nonlocal rows, boundary, chunk_no
+            if not rows and boundary is None:
+                return
+            chunk_no += 1
+            checkpointer.add(chunk_no, boundary, bool(rows))
+            if rows:
+                pool.submit(chunk_no, rows)
+            self.stats.rows += len(rows)
+            rows, boundary = [], None
+
+        for item in items:
+            kind = type(item)
+            if kind is Rows:
+                event = item.event
+                if not rows:
+                    chunk_since = time.monotonic()
+                rows.extend(sequencer.number(translator.rows(item), event.timestamp))
+                if len(rows) >= batch_rows:
+                    flush()
+            elif kind is Begin:
+                sequencer.begin()
+            elif kind is Commit:
+                self.stats.transactions += 1
+                pos = item.position
+                boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
+                                       instance, item.timestamp)
+                if time.monotonic() - chunk_since >= FLUSH_AFTER:
+                    flush()
+                    chunk_since = time.monotonic()
+            elif kind is Statement:
+                change = translator.statement(item)
+                if change is not None:
+                    rows.extend(sequencer.number([change], item.timestamp))
+            elif kind is Idle:
+                flush()
+            if pool.in_flight:
+                checkpointer.committed(pool.acks())
+            if checkpointer.due():
+                self._checkpoint(checkpointer)
+            if self._stopping.is_set():
+                break
+            now = time.monotonic()
+            if now >= next_progress and checkpointer.state is not logged:
+                next_progress = now + PROGRESS_EVERY
+                state = logged = checkpointer.state
+                log.info("checkpoint id=%d tid=%d at %s:%s; %d rows in %.0f s",
+                         state.id, state.tid, state.log_file, state.log_pos, self.stats.rows,
+                         now - self.stats.started)
+        flush()
+
+    def _checkpoint(self, checkpointer: Checkpointer) -> bool:
+        try:
+            return checkpointer.write(self._ctl_conn())
+        except GateError as exc:  # DC unreachable while reconnecting
+            log.warning("checkpoint not stored (%s); retrying", exc)
+            return False
+
+    def _finish(self, checkpointer: Checkpointer, pool: WriterPool, drain: bool) -> None:
+        """Wait for the writers (when stopping cleanly), store the last checkpoint, close everything."""
+        try:
+            if drain:
+                while pool.in_flight:
+                    checkpointer.committed(pool.acks(timeout=0.5))
+                while not self._checkpoint(checkpointer):
+                    time.sleep(0.5)
+            else:
+                self._checkpoint(checkpointer)
+        finally:
+            pool.close(graceful=drain)
+            if self._ctl is not None:
+                self._ctl.close()
+        state = checkpointer.state
+        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s:%s",
+                 self.channel, state.id, state.tid, state.log_file, state.log_pos)

@@ -1,0 +1,250 @@
+"""Preflight: is a server set up so that gate can capture its changes row by row?
+
+Checked on the source (and on a standby, which also needs log_slave_updates): binary logging on, ROW
+format, FULL row image and row metadata, the replication privileges of gate's user, and that gate's
+server_id clashes neither with the server's own nor with another connected replica's. A standby
+must also replicate from the channel's source. Every problem names the setting and the statement or
+my.cnf line that fixes it.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pymysql
+
+from gate.config import ServerConfig
+from gate.dc import ChannelSettings, connect
+from gate.errors import ConnectionFailed, PreflightFailed
+
+# setting -> value gate needs; each can be changed at run time and kept in my.cnf
+_DYNAMIC = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
+_GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ")
+_ER_SPECIFIC_ACCESS_DENIED = 1227
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One setting that keeps gate from working (or, when not fatal, that gate could not verify)."""
+
+    setting: str
+    found: str
+    expected: str
+    fix: str
+    fatal: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.setting} is {self.found}; gate needs {self.expected}. Fix: {self.fix}"
+
+
+def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "source",
+                 replicates_from: ServerConfig | None = None) -> list[Problem]:
+    """Every problem of ``server`` for reading its binlog as ``role`` ("source" or "standby").
+
+    ``gate_server_id`` None skips the server_id checks (``gate check-source`` without --server-id).
+    ``replicates_from``, for a standby: the channel's source, which it must replicate from.
+    """
+    with connect(server, role) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+            "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'log_slave_updates', "
+            "'server_id', 'version')"
+        )
+        found = {name: str(value) for name, value in cur.fetchall()}
+        cur.execute("SELECT CURRENT_USER()")
+        account = _account(cur.fetchone()[0])
+        cur.execute("SHOW GRANTS FOR CURRENT_USER")
+        granted = _global_privileges(row[0] for row in cur.fetchall())
+        replicas = _replica_ids(cur) if gate_server_id is not None else []
+        mariadb = "MariaDB" in found.get("version", "")
+        replication = (_replication_problems(cur, replicates_from, account, mariadb)
+                       if role == "standby" and replicates_from is not None else [])
+    problems = _variable_problems(found, role)
+    problems += _privilege_problems(granted, account, mariadb)
+    if gate_server_id is not None:
+        problems += _server_id_problems(int(found["server_id"]), gate_server_id, replicas, account)
+    return problems + replication
+
+
+def require_server(server: ServerConfig, gate_server_id: int | None, role: str = "source",
+                   replicates_from: ServerConfig | None = None) -> list[Problem]:
+    """Raise PreflightFailed listing every fatal problem; return the non-fatal ones (warnings)."""
+    problems = check_server(server, gate_server_id, role, replicates_from)
+    fatal = [p for p in problems if p.fatal]
+    if fatal:
+        raise PreflightFailed(describe_failure(server.address, role, fatal))
+    return problems
+
+
+def require_channel(settings: ChannelSettings) -> list[Problem]:
+    """``gate run``'s preflight: the source, and the standby with its replication from the source.
+
+    Raises PreflightFailed for a fatal problem and returns the warnings. With a standby, a server that
+    cannot be reached is a warning: gate switches to the standby if the source stays unreachable for
+    failover_after_seconds, and without its standby gate captures the source but cannot fail over.
+    """
+    servers = [("source", settings.source, None)]
+    if settings.standby is not None:
+        servers.append(("standby", settings.standby, settings.source))
+    warnings: list[Problem] = []
+    for role, server, replicates_from in servers:
+        try:
+            warnings += require_server(server, settings.server_id, role, replicates_from)
+        except ConnectionFailed as exc:
+            if settings.standby is None:
+                raise
+            consequence = ("gate fails over to the standby if it stays down" if role == "source"
+                           else "gate cannot fail over until it is back")
+            warnings.append(Problem(f"the {role} {server.address}", "unreachable", "a server that answers",
+                                    f"{exc} Meanwhile {consequence}.", fatal=False))
+    return warnings
+
+
+def describe_failure(address: str, role: str, problems: list[Problem]) -> str:
+    lines = "\n".join(f"  - {p}" for p in problems)
+    return f"The {role} server {address} is not ready for gate ({len(problems)} problem(s)):\n{lines}"
+
+
+def _account(current_user: str) -> str:
+    """'user@host' from CURRENT_USER() as the quoted account of a GRANT statement."""
+    user, _, host = current_user.rpartition("@")
+    return f"'{user}'@'{host}'"
+
+
+def _global_privileges(grants: Iterable[str]) -> set[str]:
+    """The privileges granted ON *.*, from SHOW GRANTS lines."""
+    privileges: set[str] = set()
+    for grant in grants:
+        match = _GRANT_ON_ALL.match(grant)
+        if match:
+            privileges.update(p.strip().upper() for p in match.group(1).split(","))
+    return privileges
+
+
+def _replica_ids(cur: pymysql.cursors.Cursor) -> list[tuple[int, str]] | None:
+    """(server_id, host:port) of the replicas connected now; None when the account may not list them."""
+    try:
+        cur.execute("SHOW SLAVE HOSTS")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] == _ER_SPECIFIC_ACCESS_DENIED:
+            return None
+        raise
+    return [(int(row[0]), f"{row[1]}:{row[2]}") for row in cur.fetchall()]
+
+
+def _variable_problems(found: dict[str, str], role: str) -> list[Problem]:
+    problems = []
+    if found.get("log_bin") != "ON":
+        problems.append(Problem(
+            "log_bin", found.get("log_bin", "OFF"), "ON",
+            "binary logging cannot be switched on at run time: add 'log_bin = mysql-bin' under [mysqld] in "
+            "my.cnf and restart the server.",
+        ))
+    for setting, needed in _DYNAMIC.items():
+        value = found.get(setting)
+        if value is None:
+            problems.append(Problem(
+                setting, f"not supported by this server ({found.get('version', 'unknown version')})", needed,
+                "upgrade to MariaDB 10.5 or later, or MySQL 8.0.1 or later.",
+            ))
+        elif value != needed:
+            problems.append(Problem(
+                setting, value, needed,
+                f"SET GLOBAL {setting} = '{needed}'; and add '{setting} = {needed}' under [mysqld] in my.cnf "
+                "to keep it after a restart.",
+            ))
+    if role == "standby" and found.get("log_slave_updates") != "ON":
+        problems.append(Problem(
+            "log_slave_updates", found.get("log_slave_updates", "OFF"), "ON (a standby must binlog what it replicates)",
+            "add 'log_slave_updates = ON' under [mysqld] in my.cnf and restart the standby.",
+        ))
+    return problems
+
+
+def _replication_problems(cur: pymysql.cursors.Cursor, source: ServerConfig, account: str,
+                          mariadb: bool) -> list[Problem]:
+    """A standby replicates from the channel's source (SHOW SLAVE STATUS), with both threads running."""
+    try:
+        cur.execute("SHOW SLAVE STATUS")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
+            raise
+        monitor = "SLAVE MONITOR" if mariadb else "REPLICATION CLIENT"
+        return [Problem(
+            "SHOW SLAVE STATUS", f"denied to {account}", f"it to see that the standby replicates from {source.address}",
+            f"GRANT {monitor} ON *.* TO {account}; or make sure yourself that the standby replicates from "
+            f"{source.address}.", fatal=False,
+        )]
+    row = cur.fetchone()
+    status = dict(zip((d[0] for d in cur.description), row)) if row else None
+    gtid = "MASTER_USE_GTID=slave_pos" if mariadb else "MASTER_AUTO_POSITION=1"
+    fix = (f"on the standby, STOP SLAVE; CHANGE MASTER TO MASTER_HOST='{source.host}', MASTER_PORT={source.port}, "
+           f"MASTER_USER='...', MASTER_PASSWORD='...', {gtid}; START SLAVE; or make a replica of the source the "
+           "channel's standby ('gate channel set-standby').")
+    if status is None:
+        return [Problem("replication", "not set up (SHOW SLAVE STATUS is empty)",
+                        f"the standby replicating from the source {source.address}", fix)]
+    master = f"{status['Master_Host']}:{status['Master_Port']}"
+    if not _same_server(status["Master_Host"], int(status["Master_Port"]), source):
+        return [Problem("replication source", master, f"the channel's source {source.address}", fix)]
+    io, sql = status["Slave_IO_Running"], status["Slave_SQL_Running"]
+    if (io, sql) != ("Yes", "Yes"):
+        return [Problem(
+            f"replication from {master}", f"Slave_IO_Running {io}, Slave_SQL_Running {sql}", "both Yes",
+            "START SLAVE; on the standby (Last_IO_Error and Last_SQL_Error of SHOW SLAVE STATUS say why they "
+            "stopped). Until it replicates, a switch would miss the source's newest changes.", fatal=False,
+        )]
+    return []
+
+
+def _same_server(host: str, port: int, server: ServerConfig) -> bool:
+    """Whether host:port names ``server``: the same port, and the same host name or a shared address."""
+    if port != server.port:
+        return False
+    if host.lower() == server.host.lower():
+        return True
+
+    def addresses(name: str) -> set[str]:
+        try:
+            return {str(info[4][0]) for info in socket.getaddrinfo(name, port, proto=socket.IPPROTO_TCP)}
+        except OSError:
+            return set()
+
+    return bool(addresses(host) & addresses(server.host))
+
+
+def _privilege_problems(granted: set[str], account: str, mariadb: bool) -> list[Problem]:
+    if "ALL PRIVILEGES" in granted:
+        return []
+    monitor = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+    needed = {"REPLICATION SLAVE": {"REPLICATION SLAVE"}, monitor: {"BINLOG MONITOR", "REPLICATION CLIENT", "SUPER"},
+              "SELECT": {"SELECT"}}
+    missing = [privilege for privilege, any_of in needed.items() if not granted & any_of]
+    if not missing:
+        return []
+    return [Problem(
+        f"privileges of {account}", ", ".join(sorted(granted)) or "none on *.*",
+        f"REPLICATION SLAVE, {monitor} and SELECT on *.*",
+        f"GRANT {', '.join(missing)} ON *.* TO {account};",
+    )]
+
+
+def _server_id_problems(server_id: int, gate_id: int, replicas: list[tuple[int, str]] | None,
+                        account: str) -> list[Problem]:
+    fix = ("give gate a server_id that no server or replica of this replication topology uses "
+           "(--server-id N when creating the channel or checking the source).")
+    if server_id == gate_id:
+        return [Problem("server_id", f"{server_id}, the same as gate's", "a server_id other than the server's own",
+                        fix)]
+    if replicas is None:
+        return [Problem(
+            "SHOW SLAVE HOSTS", f"denied to {account}", f"it to see that no connected replica uses server_id {gate_id}",
+            f"GRANT REPLICATION MASTER ADMIN ON *.* TO {account}; or make sure yourself that no replica uses "
+            f"server_id {gate_id}.", fatal=False,
+        )]
+    return [Problem("server_id", f"{gate_id}, already used by the replica at {address}",
+                    "a server_id no connected replica uses", fix)
+            for replica_id, address in replicas if replica_id == gate_id]

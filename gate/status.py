@@ -1,0 +1,85 @@
+"""A channel's live status, computed from positions, timestamps, standby samples, the switch history and
+the channel lock; never a stored flag."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gate.config import ServerConfig
+from gate.dc import connect, q, read_resume, read_settings
+from gate.errors import GateError
+
+
+@dataclass(frozen=True)
+class ChannelStatus:
+    channel: str
+    state: str  # running | stopped
+    source: str
+    source_position: str | None
+    resume_position: str | None
+    checkpoint_id: int
+    checkpoint_tid: int
+    last_create_time: str | None
+    lag_seconds: float | None
+    rows_per_second: float | None
+    standby: str | None
+    standby_sample_age_seconds: float | None  # DC clock now minus the newest sample's standby clock
+    failover_mode: str
+    on_divergence: str
+    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) -> ChannelStatus:
+    """Read the channel twice, ``sample_seconds`` apart, to measure rows/s at the checkpoint."""
+    with connect(dc, "DC", channel) as conn, conn.cursor() as cur:
+        settings = read_settings(conn, channel)
+        first = read_resume(conn, channel)
+        started = time.monotonic()
+        cur.execute("SELECT IS_USED_LOCK(%s)", (f"gate:{channel}",))
+        running = cur.fetchone()[0] is not None
+        if sample_seconds > 0 and running:
+            time.sleep(sample_seconds)
+        state = read_resume(conn, channel)
+        elapsed = time.monotonic() - started
+        cur.execute("SET time_zone = '+00:00'")  # create_time is shown in UTC
+        cur.execute(f"SELECT MAX(create_time) FROM {q(channel)}.transfer_data WHERE id = %s", (state.id,))
+        last = cur.fetchone()[0]
+        cur.execute(f"SELECT UNIX_TIMESTAMP(NOW(3)) - MAX(sampled_at) FROM {q(channel)}.gate_standby_sample")
+        sample_age = cur.fetchone()[0]
+        cur.execute(f"SELECT switched_at, from_instance, to_instance, reason, at_id FROM {q(channel)}.gate_switch "
+                    "ORDER BY switched_at")
+        switches = [{"switched_at": at.isoformat(sep=" ", timespec="milliseconds"), "from_instance": source,
+                     "to_instance": target, "reason": reason, "at_id": at_id}
+                    for at, source, target, reason, at_id in cur.fetchall()]
+    try:
+        with connect(settings.source, "source", connect_timeout=3) as sconn, sconn.cursor() as scur:
+            scur.execute("SHOW MASTER STATUS")
+            row = scur.fetchone()
+            source_pos = f"{row[0]}:{row[1]}" if row else None
+            scur.execute("SELECT UNIX_TIMESTAMP()")
+            source_now = float(scur.fetchone()[0])
+    except GateError:
+        source_pos, source_now = None, time.time()
+    resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
+    if resume_pos is not None and resume_pos == source_pos:
+        lag: float | None = 0.0
+    elif state.event_time:
+        lag = max(0.0, source_now - state.event_time)
+    else:
+        lag = None
+    rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
+    return ChannelStatus(
+        channel=channel, state="running" if running else "stopped", source=settings.source.address,
+        source_position=source_pos, resume_position=resume_pos, checkpoint_id=state.id,
+        checkpoint_tid=state.tid, last_create_time=str(last) if last else None,
+        lag_seconds=None if lag is None else round(lag, 3),
+        rows_per_second=None if rate is None else round(rate, 1),
+        standby=settings.standby.address if settings.standby else None,
+        standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
+        failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, switches=switches,
+    )

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything gate needs on Debian 12: system packages (MariaDB server and client, the MariaDB
+# JDBC driver, a Java runtime, python3-venv, make) when missing, and the virtual environment .venv with gate installed.
+# Safe to run again: it installs only what is missing and reinstalls Python packages only when
+# pyproject.toml has changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
+dpkg -s libmariadb-java >/dev/null 2>&1 || missing+=(libmariadb-java)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+command -v make >/dev/null 2>&1 || missing+=(make)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    python3 -m venv .venv
+fi
+
+stamp=.venv/.gate-installed
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    echo "setup: installing Python packages into .venv"
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[test]'
+    echo "$wanted" > "$stamp"
+fi

@@ -1,0 +1,398 @@
+"""Materialise: the current image of every captured table, from the increments spark_readers.load wrote.
+
+The history is applied in id order, by primary key:
+
+- INSERT and UPDATE make the row's image their NEW image; DELETE removes the key; an UPDATE whose OLD
+  key differs from its NEW key also removes the OLD key (a primary-key change moves the row);
+- TRUNCATE clears the table; DROPTABLE removes it; RENAME carries it (rows, columns, key) to the new
+  name; a CREATETABLE of a name in use replaces the table (CREATE OR REPLACE);
+- ALTERTABLE: ADDCOLUMN, DROPCOLUMN and CHANGECOLUMN (renames) change the columns, ADDINDEX/DROPINDEX
+  ``PRIMARY`` the key. The image has the columns of the table's latest definition: dropped columns
+  are gone; a column added after a row's last change holds the column's DEFAULT for that row, taken
+  from the ALTER statement when it is a literal (a number, a string or NULL; implicit defaults of NOT
+  NULL integer, decimal and text columns too), else NULL, with a warning. ADD ... FIRST/AFTER
+  positions are not in the payload: added columns come last. Type changes (MODIFY) do not re-render
+  old values. Other statements (OTHERS) do not change the image.
+
+The primary key of a table comes from its CREATETABLE row when the history has one, else from
+``keys={"db.table": ["col", ...]}`` (by the table's latest name); tables with neither are skipped and
+reported. The columns of a table without CREATETABLE in the history are those of its latest row image,
+changed by the DDL after it.
+
+Only the few DDL rows are brought to the driver, which works out each table's timeline; rows are
+matched to it with a broadcast join and reduced per key in Spark, so the work scales with the cluster.
+Output: ``OUT/DB/TABLE/`` as Parquet, one string column per column (the DC's text form); ``OUT`` is
+replaced as a whole once the history has been reduced (read it after the job has finished).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
+
+from gate.client import DML_OPTYPES
+from gate.errors import GateError, InvalidValue
+from spark_readers.load import OutputDir, read_increments
+from spark_readers.session import spark_job
+
+log = logging.getLogger(__name__)
+
+_END = 2**63 - 1
+Name = tuple[str, str]  # dbname, tablename
+Op = tuple[str, str, "str | None"]  # ("rename", old, new) | ("drop", name, None) | ("add", name, default)
+
+
+@dataclass
+class _Epoch:
+    """A stretch of a table's life with one name, one set of columns and one key: rows ``lo < id < hi``."""
+
+    lo: int
+    name: Name
+    pk: list[str] | None  # as this epoch's images spell the columns; None: not known from the history
+    ops: list[Op] = field(default_factory=list)  # the column changes that opened this epoch
+    hi: int = _END
+
+
+@dataclass
+class _Table:
+    """One table from its creation (or the start of the history) to its drop (or now)."""
+
+    key: int
+    columns: list[str] | None  # current columns; None: not known from the history
+    epochs: list[_Epoch]
+    floor: int = 0  # id of the last TRUNCATE
+    dropped: bool = False
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.epochs[-1].name)
+
+
+class MaterialiseError(GateError):
+    """The output directory is not one materialise may replace."""
+
+
+@dataclass(frozen=True)
+class Materialised:
+    tables: dict[str, int]  # "db.table" -> rows written
+    skipped: dict[str, str]  # "db.table" -> why it was not written
+
+
+def _same(a: str, b: str) -> bool:
+    return a.casefold() == b.casefold()  # column names are case-insensitive
+
+
+def _forward(columns: list[str], ops: list[Op], adds: bool = True) -> list[str]:
+    """Columns after ``ops`` (with ``adds=False``, only renames and drops: for key columns)."""
+    for kind, name, other in ops:
+        if kind == "rename":
+            columns = [str(other) if _same(c, name) else c for c in columns]
+        elif kind == "drop":
+            columns = [c for c in columns if not _same(c, name)]
+        elif adds and not any(_same(c, name) for c in columns):
+            columns = [*columns, name]
+    return columns
+
+
+def _backward(table: _Table, final: list[str]) -> tuple[list[dict[str, str]], dict[str, str | None]]:
+    """For each epoch, final column -> its name in that epoch's images (missing: added later); and each
+    final column's default from its latest ADD."""
+    mapping = {c: c for c in final}
+    defaults: dict[str, str | None] = {}
+    names: list[dict[str, str]] = []
+    for epoch in reversed(table.epochs):
+        names.append(dict(mapping))
+        for kind, name, other in reversed(epoch.ops):
+            if kind == "rename":
+                mapping = {c: name if _same(n, str(other)) else n for c, n in mapping.items()}
+            elif kind == "add":
+                for c in [c for c, n in mapping.items() if _same(n, name)]:
+                    defaults.setdefault(c, other)
+                    del mapping[c]
+    return names[::-1], defaults
+
+
+_INTEGER = re.compile(r"^(tiny|small|medium|big)?int(eger)?\b|^(bool|boolean|serial)\b")
+_DECIMAL = re.compile(r"^(decimal|numeric|dec|fixed)(\(\d+(?:,(\d+))?\))?")
+_TEXT = re.compile(r"^((var)?char|(tiny|medium|long)?text|enum|national|nchar|nvarchar|character)\b")
+_LITERAL = re.compile(r"\bDEFAULT\s*(?:\(\s*)?('(?:[^'\\]|\\.|'')*'|[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|NULL\b)",
+                      re.IGNORECASE)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "b": "\b", "Z": "\x1a"}
+
+
+def _definition(sql: str, column: str) -> str | None:
+    """The text of ``column``'s definition in an ALTER TABLE ... ADD statement, up to its end."""
+    match = re.search(rf"(?:\bADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?\(?|,)\s*`?{re.escape(column)}`?\s+",
+                      sql, re.IGNORECASE)
+    if not match:
+        return None
+    depth, quote, end = 0, "", len(sql)
+    for pos in range(match.end(), len(sql)):
+        char = sql[pos]
+        if quote:
+            quote = "" if char == quote and sql[pos - 1] != "\\" else quote
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif char in ",)" and not depth:
+            end = pos
+            break
+    return sql[match.end():end]
+
+
+def column_default(sql: str, column: str, data_type: str) -> str | None:
+    """The text an added column shows for existing rows, when the statement makes it a literal; else None."""
+    definition = _definition(sql, column)
+    literal = _LITERAL.search(definition or "")
+    kind = data_type.lower()
+    if literal:
+        text = literal.group(1)
+        if text.upper() == "NULL":
+            return None
+        if text.startswith("'"):
+            text = re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text[1:-1].replace("''", "'"))
+    elif definition is not None and "NOT NULL" in definition.upper():
+        text = "" if _TEXT.match(kind) else "0"
+    else:
+        return None
+    try:
+        if _INTEGER.match(kind):
+            return str(Decimal(text).to_integral_value(ROUND_HALF_UP))
+        decimal = _DECIMAL.match(kind)
+        if decimal:
+            return format(Decimal(text).quantize(Decimal(1).scaleb(-int(decimal.group(3) or 0)), ROUND_HALF_UP), "f")
+    except InvalidOperation:
+        pass
+    else:
+        if _TEXT.match(kind):
+            return text
+    log.warning("the default of added column %s (%s) in %.200s is not known here; rows written before it was "
+                "added show NULL for it in the image", column, data_type, sql)
+    return None
+
+
+class _Timeline:
+    """The tables of the history, worked out from its DDL rows in id order."""
+
+    def __init__(self) -> None:
+        self.tables: list[_Table] = []
+        self.current: dict[Name, _Table] = {}
+
+    def table(self, name: Name) -> _Table:
+        """The table now called ``name``; one that existed before the history began if it is new here."""
+        if name not in self.current:
+            self.current[name] = _Table(len(self.tables), None, [_Epoch(0, name, None)])
+            self.tables.append(self.current[name])
+        return self.current[name]
+
+    def _drop(self, name: Name) -> None:
+        self.table(name).dropped = True
+        del self.current[name]
+
+    @staticmethod
+    def _next(table: _Table, at: int, name: Name, pk: list[str] | None, ops: list[Op] | None = None) -> None:
+        table.epochs[-1].hi = at
+        table.epochs.append(_Epoch(at, name, pk, ops or []))
+
+    def apply(self, at: int, optype: str, name: Name, ddl: dict[str, Any]) -> None:
+        if optype == "CREATETABLE":
+            if name in self.current:
+                self._drop(name)
+            columns = ddl.get("NEW") or []
+            pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or None
+            self.current[name] = _Table(len(self.tables), [c["field_name"] for c in columns] or None,
+                                        [_Epoch(at, name, pk)])
+            self.tables.append(self.current[name])
+        elif optype == "ALTERTABLE":
+            self._alter(at, name, ddl)
+        elif optype == "RENAME":
+            self._rename(at, ddl["RENAME"])
+        elif optype == "TRUNCATE":
+            self.table(name).floor = at
+        elif optype == "DROPTABLE":
+            for ref in ddl.get("DROPTABLE") or [{"dbname": name[0], "tablename": name[1]}]:
+                self._drop((ref["dbname"], ref["tablename"]))
+
+    def _alter(self, at: int, name: Name, ddl: dict[str, Any]) -> None:
+        table = self.table(name)
+        ops: list[Op] = [("rename", c["origin_field_name"], c["field_name"]) for c in ddl.get("CHANGECOLUMN") or []
+                         if c["origin_field_name"] != c["field_name"]]
+        ops += [("drop", column, None) for column in ddl.get("DROPCOLUMN") or []]
+        ops += [("add", c["field_name"], column_default(ddl.get("SQL") or "", c["field_name"], c["data_type"] or ""))
+                for c in ddl.get("ADDCOLUMN") or []]
+        pk = table.epochs[-1].pk
+        pk = _forward(pk, ops, adds=False) if pk else None
+        if "PRIMARY" in (ddl.get("DROPINDEX") or []):
+            pk = None
+        for index in ddl.get("ADDINDEX") or []:
+            if index["index_name"] == "PRIMARY":
+                pk = list(index["column_name"])
+        if table.columns is not None:
+            table.columns = _forward(table.columns, ops)
+        self._next(table, at, name, pk, ops)
+        self._rename(at, ddl.get("RENAME") or [])
+
+    def _rename(self, at: int, pairs: list[dict[str, dict[str, str]]]) -> None:
+        for pair in pairs:
+            old = (pair["from"]["dbname"], pair["from"]["tablename"])
+            new = (pair["to"]["dbname"], pair["to"]["tablename"])
+            table = self.table(old)
+            del self.current[old]
+            if new in self.current:
+                self._drop(new)
+            self.current[new] = table
+            self._next(table, at, new, table.epochs[-1].pk)
+
+
+_SEGMENTS = StructType([StructField("table", IntegerType()), StructField("epoch", IntegerType()),
+                        StructField("seg_db", StringType()), StructField("seg_table", StringType()),
+                        StructField("lo", LongType()), StructField("hi", LongType()),
+                        StructField("pk", ArrayType(StringType()))])
+
+
+def _latest_per_key(rows: DataFrame, segments: DataFrame) -> DataFrame:
+    """Per (table, key): the last event (id, epoch, alive, image, columns) for each key a row touched."""
+    matched = rows.join(F.broadcast(segments), (rows.dbname == segments.seg_db) & (rows.tablename == segments.seg_table)
+                        & (rows.id > segments.lo) & (rows.id < segments.hi))
+    image = F.when(F.col("optype") == "DELETE", F.col("old")).otherwise(F.col("new"))
+    key = F.transform("pk", lambda c: F.element_at(image, c))
+    old_key = F.transform("pk", lambda c: F.element_at(F.col("old"), c))
+    event = F.struct(key.alias("key"), (F.col("optype") != "DELETE").alias("alive"), image.alias("image"))
+    gone = F.struct(old_key.alias("key"), F.lit(False).alias("alive"), F.lit(None).cast("map<string,string>").alias("image"))
+    moved = (F.col("optype") == "UPDATE") & (old_key != key)
+    events = matched.select("table", "epoch", "id", "columns",
+                            F.explode(F.when(moved, F.array(event, gone)).otherwise(F.array(event))).alias("e"))
+    last = F.max_by(F.struct("id", "epoch", "e.alive", "e.image", "columns"), "id")
+    return events.groupBy("table", "e.key").agg(last.alias("last")).select("table", "last.*")
+
+
+def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column: str) -> Column:
+    """A final column's value: by the epoch of the row's last image, the column's name then, or its default
+    if it was added later."""
+    value: Column = F.lit(None).cast("string")
+    for epoch, mapping in enumerate(names):
+        source = F.element_at("image", F.lit(mapping[column])) if column in mapping else F.lit(defaults.get(column))
+        value = F.when(F.col("epoch") == epoch, source).otherwise(value)
+    return value.cast("string").alias(column)
+
+
+MARKER = "_gate_materialised"
+
+
+def _check_replaceable(out: OutputDir) -> None:
+    """Only a new or empty directory, or one holding an earlier image, may be replaced."""
+    if out.fs.exists(out.root) and len(out.fs.listStatus(out.root)) and not out.exists(MARKER):
+        raise MaterialiseError(f"{out.url} is not empty and holds no earlier image (no {MARKER} file): "
+                               "materialise replaces its output directory as a whole, so give a new or empty one.")
+
+
+def _timeline(history: DataFrame) -> _Timeline:
+    """The tables of the history: its DDL rows replayed in id order, plus tables only written to."""
+    dml = F.col("optype").isin(*DML_OPTYPES)
+    ddl = F.collect_list(F.when(~dml, F.struct("id", "optype", "ddl")))
+    timeline = _Timeline()
+    names = history.groupBy("dbname", "tablename").agg(ddl.alias("ddl"), F.max(dml).alias("written")).collect()
+    for row, name in sorted(((row, (n.dbname, n.tablename)) for n in names for row in n.ddl), key=lambda r: r[0].id):
+        timeline.apply(row.id, row.optype, name, row.ddl.asDict(recursive=True) if row.ddl else {})
+    for n in names:
+        if n.written and not any(e.name == (n.dbname, n.tablename) for t in timeline.tables for e in t.epochs):
+            timeline.table((n.dbname, n.tablename))
+    return timeline
+
+
+def materialise(spark: SparkSession, increments: str, out_path: str, channel: str | None = None,
+                keys: dict[str, list[str]] | None = None) -> Materialised:
+    """Write the current image of every table in the history of ``increments`` to ``out_path``/DB/TABLE."""
+    keys = keys or {}
+    out = OutputDir(spark, out_path)
+    _check_replaceable(out)
+    history = read_increments(spark, increments, channel)
+    skipped: dict[str, str] = {}
+    live: list[_Table] = []
+    for table in _timeline(history).tables:
+        if table.dropped:
+            continue
+        if any(e.pk is None for e in table.epochs):
+            if table.name not in keys:
+                skipped[table.name] = "no primary key known: give it as a key (--key DB.TABLE=COL,...)"
+                continue
+            names, _ = _backward(table, keys[table.name])
+            for epoch, mapping in zip(table.epochs, names):
+                epoch.pk = epoch.pk or [mapping.get(c, c) for c in keys[table.name]]
+        live.append(table)
+    segments = spark.createDataFrame(
+        [(t.key, i, *e.name, max(e.lo, t.floor), e.hi, e.pk) for t in live for i, e in enumerate(t.epochs)
+         if max(e.lo, t.floor) < e.hi], _SEGMENTS)
+    rows = history.filter(F.col("optype").isin(*DML_OPTYPES))
+    latest = _latest_per_key(rows, segments).coalesce(spark.sparkContext.defaultParallelism).persist()
+    stats = {r.table: r for r in latest.groupBy("table").agg(
+        F.count_if("alive").alias("rows"), F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
+    out.fs.delete(out.root, True)
+    out.write_json(MARKER, {})
+    written: dict[str, int] = {}
+    for table in live:
+        final = table.columns
+        if final is None and table.key in stats:
+            epoch, columns = stats[table.key].last
+            final = list(columns)
+            for later in table.epochs[epoch + 1:]:
+                final = _forward(final, later.ops)
+        if final is None:
+            skipped[table.name] = "its columns are unknown: no CREATE TABLE and no row in the history"
+            continue
+        names, defaults = _backward(table, final)
+        image = latest.filter(F.col("alive") & (F.col("table") == table.key))
+        image.select(*[_column(names, defaults, c) for c in final]).write.parquet(
+            out.child("/".join(table.epochs[-1].name)).toString())
+        written[table.name] = stats[table.key].rows if table.key in stats else 0
+    latest.unpersist()
+    return Materialised(written, skipped)
+
+
+def parse_keys(specs: Iterable[str]) -> dict[str, list[str]]:
+    """``DB.TABLE=COL[,COL...]`` options as the ``keys`` of :func:`materialise`."""
+    keys = {}
+    for spec in specs:
+        match = re.fullmatch(r"([^.=\s]+\.[^.=\s]+)=([^=\s]+)", spec)
+        if not match:
+            raise InvalidValue(f"Key {spec!r} is not DB.TABLE=COL[,COL...], e.g. shop.orders=id or "
+                               "shop.lines=order_id,line_no.")
+        keys[match.group(1)] = match.group(2).split(",")
+    return keys
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m spark_readers.materialise --increments DIR --out DIR [--key DB.TABLE=COL,...]``."""
+    parser = argparse.ArgumentParser(prog="spark_readers.materialise", description=main.__doc__)
+    parser.add_argument("--increments", required=True, help="the output directory of spark_readers.load")
+    parser.add_argument("--out", required=True, help="where to write OUT/DB/TABLE/ (replaced as a whole)")
+    parser.add_argument("--key", action="append", default=[], help="DB.TABLE=COL[,COL...] (repeatable)")
+    parser.add_argument("--master", help="Spark master URL [default: spark-submit's, else local[2]]")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        with spark_job(args.master) as spark:
+            result = materialise(spark, args.increments, args.out, keys=parse_keys(args.key))
+    except GateError as exc:
+        sys.exit(f"error: {exc}")
+    for table, count in sorted(result.tables.items()):
+        print(f"{table}: {count} rows")
+    for table, reason in sorted(result.skipped.items()):
+        print(f"skipped {table}: {reason}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""A SparkSession that reads gate channels over JDBC, and where a channel is.
+
+The same code runs locally and on a cluster: only the master URL (``local[2]``, ``spark://...``,
+``yarn``, or what spark-submit chose) and, when executors reach the DC by another address,
+the JDBC URL change. The JDBC URL is ``jdbc:mysql://host:port/channel`` with MariaDB Connector/J:
+with ``jdbc:mariadb://`` Spark picks no SQL dialect and quotes names wrongly (FIELD-NOTES.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from gate.config import ServerConfig, check_identifier
+
+MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
+JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+
+
+@dataclass(frozen=True)
+class ChannelSource:
+    """A channel database on a DC server, for Spark's JDBC reads (and the driver's own small queries)."""
+
+    dc: ServerConfig
+    channel: str
+    url: str | None = None  # JDBC URL override; default jdbc:mysql://dc.host:dc.port/channel
+
+    def __post_init__(self) -> None:
+        check_identifier(self.channel, "Channel name")
+
+    @property
+    def jdbc_url(self) -> str:
+        return self.url or f"jdbc:mysql://{self.dc.host}:{self.dc.port}/{self.channel}"
+
+    def jdbc_options(self) -> dict[str, str]:
+        """Options for ``spark.read.format("jdbc")``; the password goes in ``password`` (which Spark redacts),
+        never in the URL."""
+        return {"url": self.jdbc_url, "driver": JDBC_DRIVER, "user": self.dc.user,
+                "password": self.dc.password.reveal()}
+
+
+def spark_session(master: str | None = None, app_name: str = "gate-spark-readers",
+                  jars: str = MARIADB_JAR) -> SparkSession:
+    """Get or create the session: Connector/J on the classpath, UTC session time zone, no UI.
+
+    Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used; otherwise the
+    master defaults to ``local[2]`` and ``jars`` are added. With a ``local`` master the driver binds to
+    127.0.0.1 (SPARK_LOCAL_IP, unless already set).
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        master = master or "local[2]"
+        builder = builder.config("spark.jars", jars)
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return (builder.config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate())
+
+
+@contextmanager
+def spark_job(master: str | None = None) -> Iterator[SparkSession]:
+    """:func:`spark_session` for one job: stopped at the end, unless it was running already."""
+    running = SparkSession.getActiveSession()
+    spark = spark_session(master)
+    try:
+        yield spark
+    finally:
+        if running is None:
+            spark.stop()

@@ -1,0 +1,68 @@
+"""Shared fixtures: real MariaDB servers (source, standby, DC) in temporary directories."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gate.cli import main
+from gate.sandbox import Sandbox
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """One source + standby + DC shared by the whole session; tests keep to their own databases."""
+    sb = Sandbox(tmp_path_factory.mktemp("sandbox"), with_standby=True, tied_to_parent=True)
+    sb.up()
+    yield sb
+    sb.down()
+
+
+@pytest.fixture
+def make_sandbox(tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
+    """Private servers for a test that restarts or kills them; all are stopped afterwards."""
+    made: list[Sandbox] = []
+
+    def make(with_standby: bool = False, source_args: tuple[str, ...] = ()) -> Sandbox:
+        sb = Sandbox(tmp_path / f"sandbox{len(made)}", with_standby=with_standby,
+                     tied_to_parent=True, source_args=source_args)
+        made.append(sb)
+        sb.up()
+        return sb
+
+    yield make
+    for sb in made:
+        sb.down()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A short identifier unique within the session, e.g. for a channel or a source database."""
+    return re.sub(r"\W", "_", f"t{next(_names)}_{request.node.name[:20]}")
+
+
+@pytest.fixture(scope="session")
+def gate_config(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A config.yaml whose DC is the session sandbox's DC."""
+    path = tmp_path_factory.mktemp("config") / "config.yaml"
+    path.write_text(f"dc:\n  host: 127.0.0.1\n  port: {sandbox.dc.port}\n  user: root\n  password: ''\n")
+    return path
+
+
+@pytest.fixture
+def gate(gate_config: Path) -> Callable[..., Result]:
+    """Run the gate CLI in-process with ``gate_config``: ``gate("channel", "list")`` returns click's Result."""
+    runner = CliRunner()
+
+    def run(*args: str, input: str | None = None, env: dict[str, str | None] | None = None) -> Result:
+        return runner.invoke(main, ["--config", str(gate_config), *args], input=input, env=env,
+                             catch_exceptions=False)
+
+    return run

@@ -1,0 +1,205 @@
+"""Test tools: run a channel, wait for it, apply its DC rows to an empty copy, compare tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from gate.config import Secret, ServerConfig
+from gate.dc import ChannelSettings, connect, create_channel
+from gate.pipeline import Pipeline
+from gate.reader import current_position
+from gate.sandbox import MariaDBServer
+
+
+def server_config(server: MariaDBServer) -> ServerConfig:
+    return ServerConfig("127.0.0.1", server.port, "root", Secret(""))
+
+
+def make_channel(dc: MariaDBServer, source: MariaDBServer, name: str, **settings: Any) -> ServerConfig:
+    """Create channel ``name`` reading ``source`` from its current position; returns the DC config."""
+    dc_config = server_config(dc)
+    with connect(dc_config, "DC") as conn:
+        create_channel(conn, ChannelSettings(name, server_config(source), server_id=settings.pop("server_id", 4242),
+                                             **settings))
+        pos = current_position(server_config(source))
+        with conn.cursor() as cur:
+            cur.execute(f"UPDATE `{name}`.gate_resume SET log_file=%s, log_pos=%s, gtid_pos=%s, instance_name=%s",
+                        (pos.log_file, pos.log_pos, pos.gtid_pos, source.address))
+    return dc_config
+
+
+@contextmanager
+def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
+    """The pipeline in a thread for the duration of the block; errors of the run are raised at exit."""
+    pipeline = Pipeline(dc_config, channel, preflight=False)
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            pipeline.run()
+        except BaseException as exc:  # reported to the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield pipeline
+    finally:
+        pipeline.stop()
+        thread.join(timeout=60)
+    if errors:
+        raise errors[0]
+
+
+GATE = str(Path(sys.executable).with_name("gate"))
+
+
+def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str) -> subprocess.Popen[bytes]:
+    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: root\n  password: ''\n")
+    log = open(tmp_path / f"{channel}.log", "ab")
+    return subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
+
+
+def wait_running(dc: MariaDBServer, channel: str, gate: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Until the gate process holds the channel lock (its signal handlers are in place by then)."""
+    deadline = time.monotonic() + timeout
+    with dc.connect() as conn, conn.cursor() as cur:
+        while time.monotonic() < deadline and gate.poll() is None:
+            cur.execute("SELECT IS_USED_LOCK(%s)", (f"gate:{channel}",))
+            if cur.fetchone()[0] is not None:
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"gate did not start running {channel} (exit status {gate.poll()})")
+
+
+def wait_row(dc: MariaDBServer, channel: str, sql: str, timeout: float = 30.0) -> None:
+    """Until ``sql`` on the channel's database returns a row."""
+    deadline = time.monotonic() + timeout
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        while not cur.execute(sql):
+            assert time.monotonic() < deadline, f"no row from {sql} after {timeout} s"
+            time.sleep(0.01)
+
+
+def wait_sampled(dc: MariaDBServer, channel: str) -> None:
+    """Until gate has taken a standby sample: a switch needs one older than the last transaction."""
+    wait_row(dc, channel, "SELECT 1 FROM gate_standby_sample")
+
+
+def wait_caught_up(source: MariaDBServer, dc: MariaDBServer, channel: str, timeout: float = 60.0) -> tuple[int, int]:
+    """Until the channel's resume position is the source's binlog end; returns the checkpoint."""
+    with source.connect() as sconn, sconn.cursor() as scur:
+        scur.execute("SHOW MASTER STATUS")
+        file, pos = scur.fetchone()[:2]
+    deadline = time.monotonic() + timeout
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        while True:
+            cur.execute("SELECT r.log_file, r.log_pos, c.id, c.tid FROM gate_resume r, transfer_checkpoint c")
+            rfile, rpos, cid, ctid = cur.fetchone()
+            if (rfile, rpos) >= (file, pos):
+                return cid, ctid
+            if time.monotonic() > deadline:
+                raise AssertionError(f"channel {channel} at {rfile}:{rpos}, source at {file}:{pos} after {timeout} s")
+            time.sleep(0.05)
+
+
+def dc_rows(dc: MariaDBServer, channel: str) -> list[tuple[Any, ...]]:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, tid, dbname, tablename, create_time, instance_name, optype, data "
+                    "FROM transfer_data ORDER BY id")
+        return list(cur.fetchall())
+
+
+def _column_kinds(cur: pymysql.cursors.Cursor, db: str, table: str) -> dict[str, str]:
+    cur.execute("SELECT column_name, data_type, column_key FROM information_schema.columns "
+                "WHERE table_schema=%s AND table_name=%s", (db, table))
+    return {name: ("pk:" if key == "PRI" else "") + dtype for name, dtype, key in cur.fetchall()}
+
+
+def _value_sql(kind: str) -> str:
+    kind = kind.removeprefix("pk:")
+    if kind in ("binary", "varbinary", "blob", "tinyblob", "mediumblob", "longblob"):
+        return "FROM_BASE64(%s)"
+    if kind == "bit":
+        return "CAST(%s AS UNSIGNED)"
+    return "%s"
+
+
+def _image(cur: pymysql.cursors.Cursor, image: list[dict[str, Any]], kinds: dict[str, str],
+           sep: str, keys_only: bool) -> tuple[str, list[Any]]:
+    parts, args = [], []
+    for cell in image:
+        (name, value), = cell.items()
+        if keys_only and not kinds[name].startswith("pk:"):
+            continue
+        op = " <=> " if keys_only else " = "
+        parts.append(f"`{name}`{op}{_value_sql(kinds[name])}")
+        args.append(value)
+    return sep.join(parts), args
+
+
+def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
+    """Apply DC rows, in id order, to ``target`` (an empty server with the same database names)."""
+    with target.cursor() as cur:
+        for _id, _tid, db, table, _ct, _inst, optype, data in rows:
+            payload = json.loads(data) if data else {}
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+            cur.execute(f"USE `{db}`")
+            if optype in ("CREATETABLE", "ALTERTABLE", "DROPTABLE"):
+                cur.execute(payload["SQL"])
+            elif optype == "RENAME":
+                pairs = ", ".join(f"`{p['from']['dbname']}`.`{p['from']['tablename']}` TO "
+                                  f"`{p['to']['dbname']}`.`{p['to']['tablename']}`" for p in payload["RENAME"])
+                cur.execute(f"RENAME TABLE {pairs}")
+            elif optype == "TRUNCATE":
+                cur.execute(f"TRUNCATE TABLE `{db}`.`{table}`")
+            else:
+                kinds = _column_kinds(cur, db, table)
+                if optype == "INSERT":
+                    names = ", ".join(f"`{next(iter(c))}`" for c in payload["NEW"])
+                    values = ", ".join(_value_sql(kinds[next(iter(c))]) for c in payload["NEW"])
+                    cur.execute(f"INSERT INTO `{db}`.`{table}` ({names}) VALUES ({values})",
+                                [next(iter(c.values())) for c in payload["NEW"]])
+                elif optype == "DELETE":
+                    where, args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
+                    assert cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where}", args) == 1
+                else:
+                    assignments, new_args = _image(cur, payload["NEW"], kinds, ", ", keys_only=False)
+                    where, old_args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
+                    cur.execute(f"UPDATE `{db}`.`{table}` SET {assignments} WHERE {where}", new_args + old_args)
+
+
+def table_contents(conn: pymysql.Connection, db: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table of ``db`` with its rows in primary-key order, for comparing two servers."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema=%s ORDER BY 1", (db,))
+        for (table,) in cur.fetchall():
+            cur.execute(f"SHOW CREATE TABLE `{db}`.`{table}`")
+            ddl = cur.fetchone()[1]
+            cur.execute(f"SELECT * FROM `{db}`.`{table}` ORDER BY 1")
+            out[table] = [ddl, *cur.fetchall()]
+    return out
+
+
+def fresh_target(server: MariaDBServer, db: str) -> pymysql.Connection:
+    conn = server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    return conn
+
+
+__all__ = ["make_channel", "running", "start_gate", "wait_running", "wait_row", "wait_sampled", "wait_caught_up",
+           "dc_rows", "replay", "table_contents", "fresh_target", "server_config", "connect"]

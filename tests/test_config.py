@@ -1,0 +1,126 @@
+"""config.yaml: environment references, defaults, and exact messages for every kind of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gate.config import (ChannelDefaults, Config, SandboxConfig, Secret, ServerConfig, check_identifier, load_config,
+                         parse_address, parse_config)
+from gate.errors import ConfigError, InvalidIdentifier, InvalidValue
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert caught.value.exit_code == 2
+    return str(caught.value)
+
+
+def test_repo_config_yaml_is_valid_and_points_at_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GATE_DC_PASSWORD", raising=False)
+    config = load_config(REPO / "config.yaml")
+    assert config.dc == ServerConfig("127.0.0.1", 33063, "root", Secret("${GATE_DC_PASSWORD:-}"))
+    assert config.dc.password.reveal() == ""
+    assert config.sandbox == SandboxConfig(".state/sandbox", 33061, 33062, 33063)
+    assert config.channel_defaults == ChannelDefaults()
+    assert config.resolve(config.sandbox.dir) == REPO / ".state" / "sandbox"
+
+
+def test_environment_references_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DC_HOST", "dc1.example.com")
+    monkeypatch.setenv("DC_PW", "pa$$word")
+    monkeypatch.delenv("DC_PORT", raising=False)
+    config = parse_config("dc:\n  host: ${DC_HOST}\n  port: ${DC_PORT:-3307}\n  password: ${DC_PW}\n")
+    assert (config.dc.host, config.dc.port) == ("dc1.example.com", 3307)
+    assert config.dc.connect_args()["password"] == "pa$$word"
+    # the reference is kept as written and resolved on each use; repr and str hide both
+    assert config.dc.password.as_written() == "${DC_PW}"
+    monkeypatch.setenv("DC_PW", "rotated")
+    assert config.dc.password.reveal() == "rotated"
+    assert "pa$$word" not in repr(config) and "DC_PW" not in repr(config) and str(config.dc.password) == "Secret('***')"
+
+
+def test_missing_environment_variable() -> None:
+    assert error_of("dc:\n  host: ${GATE_TEST_UNSET}\n") == (
+        "dc.host refers to the environment variable GATE_TEST_UNSET, which is not set. "
+        "Export it (export GATE_TEST_UNSET=...) or give a default as ${GATE_TEST_UNSET:-value}."
+    )
+    assert error_of("dc:\n  password: ${GATE_TEST_UNSET}\n").startswith(
+        "dc.password refers to the environment variable GATE_TEST_UNSET, which is not set.")
+
+
+def test_defaults_when_empty_or_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_config("") == Config()
+    assert parse_config("dc:\n") == Config()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATE_CONFIG", raising=False)
+    assert load_config() == Config()  # no ./config.yaml: built-in defaults
+    (tmp_path / "elsewhere.yaml").write_text("log:\n  level: DEBUG\n")
+    monkeypatch.setenv("GATE_CONFIG", str(tmp_path / "elsewhere.yaml"))
+    assert load_config().log.level == "DEBUG"
+
+
+def test_explicit_config_that_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "nope.yaml")
+    assert str(caught.value) == (
+        f"config file {tmp_path / 'nope.yaml'} does not exist. Pass --config with the path of your config.yaml."
+    )
+
+
+def test_unknown_keys() -> None:
+    assert error_of("dc:\n  hots: x\n") == (
+        "config section 'dc' has unknown key(s) hots; the keys it accepts are host, port, user, password."
+    )
+    assert error_of("dcs:\n  host: x\nextra: 1\n") == (
+        "config.yaml has unknown section(s) dcs, extra; the sections it accepts are dc, channel_defaults, sandbox, log."
+    )
+
+
+def test_malformed_yaml() -> None:
+    assert error_of("dc:\n  host: a\n   port: 3\n") == (
+        "config.yaml is not valid YAML at line 3, column 8: mapping values are not allowed here. Fix the syntax there."
+    )
+    assert error_of("- just\n- a list\n") == (
+        "config.yaml must be a mapping with the sections dc, channel_defaults, sandbox, log."
+    )
+    assert error_of("dc: [1, 2]\n") == "config section 'dc' must be a mapping of keys to values."
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("dc:\n  port: abc\n", "dc.port must be a whole number, not 'abc'."),
+    ("channel_defaults:\n  writers: true\n", "channel_defaults.writers must be a whole number, not True."),
+    ("channel_defaults:\n  binary_format: raw\n", "channel_defaults.binary_format must be one of base64, hex, not 'raw'."),
+    ("channel_defaults:\n  failover_after_seconds: soon\n",
+     "channel_defaults.failover_after_seconds must be a number, not 'soon'."),
+    ("dc:\n  host: 5\n", "dc.host must be text, not 5."),
+    ("log:\n  level: LOUD\n", "log.level must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'."),
+])
+def test_wrong_types(text: str, message: str) -> None:
+    assert error_of(text) == message
+
+
+def test_addresses() -> None:
+    assert parse_address("db1.example.com:3307", "The source address") == ("db1.example.com", 3307)
+    assert parse_address("10.0.0.5", "The source address") == ("10.0.0.5", 3306)
+    for bad in ("db1:0", "db1:70000", "db 1:3306", "db1:3306;", "", "x" * 60 + ":3306"):
+        with pytest.raises(InvalidValue) as caught:
+            parse_address(bad, "The source address")
+        assert str(caught.value) == (
+            f"The source address {bad!r} is not a valid address. Give HOST:PORT, e.g. 127.0.0.1:3306 or "
+            "db1.example.com:3306 (a host name or IPv4 address, a port from 1 to 65535, 64 characters at most)."
+        )
+
+
+@pytest.mark.parametrize("name", ["a`b", "a.b", "a b", "a;b", "", "1abc", "x" * 65, "dröp"])
+def test_unsafe_identifiers(name: str) -> None:
+    with pytest.raises(InvalidIdentifier) as caught:
+        check_identifier(name, "Channel name")
+    assert str(caught.value) == (
+        f"Channel name {name!r} is not a safe identifier. Use 1 to 64 letters, digits or underscores, starting "
+        "with a letter or underscore (no dots, spaces, quotes, backticks or semicolons)."
+    )

@@ -1,0 +1,399 @@
+"""Failover to the standby on a real source + standby + DC: exact, in GTID and fingerprint mode, with
+gate killed mid-switch, a lagging standby, a short blip, a planned switch, and the standby's preflight."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from click.testing import Result
+
+from bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
+from bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
+from gate.channel import set_failover
+from gate.config import ChannelDefaults, Secret, ServerConfig
+from gate.dc import ChannelSettings
+from gate.errors import ConnectionFailed, FailoverError, PreflightFailed
+from gate.failover import MARKER, PLANNED, _gtid_seqs
+from gate.pipeline import Pipeline
+from gate.preflight import Problem, check_server, require_channel
+from gate.sandbox import MariaDBServer, Sandbox, free_port
+from gate.workload import RandomWorkload
+from tests.replay import (dc_rows, make_channel, replay, running, server_config, start_gate, table_contents,
+                          wait_caught_up, wait_row, wait_running, wait_sampled)
+
+FAST = ChannelDefaults(batch_rows=50, writers=2, standby_sample_seconds=0.3, failover_after_seconds=2.0,
+                       failover_margin_seconds=1.0)
+Gate = Callable[..., Result]
+
+
+class SteadyLoad(threading.Thread):
+    """Small transactions on the source until it dies or ``stop`` is set."""
+
+    def __init__(self, box: Sandbox, db: str) -> None:
+        super().__init__(daemon=True)
+        self.box, self.db = box, db
+        self.stop = threading.Event()
+        self.committed = 0
+
+    def run(self) -> None:
+        with self.box.source.connect() as conn:
+            work = RandomWorkload(conn, self.db, seed=5, ddl_every=25)
+            work.setup()
+            try:
+                while not self.stop.is_set():
+                    work.transaction()
+                    self.committed += 1
+                    time.sleep(0.01)
+            except pymysql.err.Error:
+                pass  # the source died under us
+
+
+def _switches(box: Sandbox, channel: str) -> list[tuple[str, str]]:
+    with box.dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT from_instance, to_instance FROM gate_switch")
+        return list(cur.fetchall())
+
+
+def _exact(box: Sandbox, channel: str, server: MariaDBServer, *dbs: str) -> list[tuple[Any, ...]]:
+    """The channel's rows: ids gap-free from 1, and their replay equals ``server``'s tables of ``dbs``."""
+    rows = dc_rows(box.dc, channel)
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    with server.connect() as conn, box.dc.connect() as target:
+        with target.cursor() as cur:
+            for db in dbs:
+                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        replay(rows, target)
+        for db in dbs:
+            assert table_contents(target, db) == table_contents(conn, db)
+    return rows
+
+
+def _write_on(server: MariaDBServer, sql: str) -> None:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(sql)
+
+
+def _wait_switch(box: Sandbox, channel: str, timeout: float) -> float:
+    started = time.monotonic()
+    while not _switches(box, channel):
+        assert time.monotonic() - started < timeout, "gate did not switch to the standby"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
+def test_source_killed_under_load_switches_to_standby_exactly_once(
+        make_sandbox: Callable[..., Sandbox], mode: str) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    dc = make_channel(box.dc, box.source, "fo", standby=server_config(box.standby), failover_mode=mode,
+                      defaults=FAST)
+    load = SteadyLoad(box, "shop")
+    with running(dc, "fo"):
+        wait_sampled(box.dc, "fo")
+        load.start()
+        time.sleep(3.0)
+        box.source.kill()
+        load.stop.set()
+        load.join()
+        took = _wait_switch(box, "fo", timeout=FAST.failover_after_seconds + 10)
+        with box.standby.connect() as conn, conn.cursor() as cur:  # the new source takes writes
+            cur.execute("INSERT INTO shop.t0 (id, name) VALUES (1000000, 'after the switch')")
+        wait_caught_up(box.standby, box.dc, "fo", timeout=60)
+    assert _switches(box, "fo") == [(box.source.address, box.standby.address)]
+    assert took < FAST.failover_after_seconds + 5
+    rows = _exact(box, "fo", box.standby, "shop")
+    assert load.committed > 20
+    assert rows[-1][5] == box.standby.address and rows[0][5] == box.source.address
+
+
+def _lose_five(box: Sandbox, channel: str, mode: str) -> tuple[ServerConfig, FailoverError]:
+    """20 inserts reach the standby, 5 more only the DC (replication stopped), then the source dies; gate
+    stops with the divergence. Returns the DC and the error."""
+    assert box.standby is not None
+    dc = make_channel(box.dc, box.source, channel, standby=server_config(box.standby), failover_mode=mode,
+                      defaults=FAST)
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE d")
+        cur.execute("CREATE TABLE d.t (id INT PRIMARY KEY)")
+        box.wait_standby_caught_up()
+        with pytest.raises(FailoverError) as err, running(dc, channel):
+            wait_sampled(box.dc, channel)
+            for n in range(20):
+                cur.execute(f"INSERT INTO d.t VALUES ({n})")
+                time.sleep(0.1)
+            box.wait_standby_caught_up()
+            _write_on(box.standby, "STOP SLAVE")
+            for n in range(20, 25):
+                cur.execute(f"INSERT INTO d.t VALUES ({n})")
+            wait_caught_up(box.source, box.dc, channel)
+            box.source.kill()
+            time.sleep(FAST.failover_after_seconds + 5)
+    return dc, err.value
+
+
+def test_lost_transactions_are_reported_and_stop_the_switch(make_sandbox: Callable[..., Sandbox]) -> None:
+    box = make_sandbox(with_standby=True)
+    _, err = _lose_five(box, "div", "gtid")
+    assert "DIVERGENCE on channel 'div': the DC holds GTIDs the standby never received" in str(err)
+    assert "domain 0: seq 23..27" in str(err)
+    assert _switches(box, "div") == []
+
+
+def test_lost_transactions_in_fingerprint_mode_are_reported_then_accepted(
+        make_sandbox: Callable[..., Sandbox]) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    dc, err = _lose_five(box, "fdiv", "fingerprint")
+    tids = sorted({r[1] for r in dc_rows(box.dc, "fdiv")})
+    lost = tids[-5:]  # the five inserts after STOP SLAVE
+    assert (f"DIVERGENCE on channel 'fdiv': the DC holds 5 transactions the standby never received (tids "
+            f"{lost[0]}..{lost[-1]})") in str(err)
+    assert "gate channel set fdiv --on-divergence continue" in str(err)
+    assert _switches(box, "fdiv") == [(box.source.address, box.standby.address)]
+    # the DBA accepts the loss: gate goes on from the standby, the lost rows stay in the DC
+    set_failover(dc, "fdiv", on_divergence="continue")
+    with running(dc, "fdiv"):
+        _write_on(box.standby, "INSERT INTO d.t VALUES (100)")
+        wait_caught_up(box.standby, box.dc, "fdiv")
+    rows = dc_rows(box.dc, "fdiv")
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    assert [r[1] for r in rows[-6:]] == lost + [lost[-1] + 1]
+    assert rows[-1][5] == box.standby.address and json.loads(rows[-1][7]) == {"NEW": [{"id": "100"}]}
+
+
+def test_gate_killed_in_the_middle_of_the_switch_then_restarted(
+        make_sandbox: Callable[..., Sandbox], tmp_path: Path) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    make_channel(box.dc, box.source, "mid", standby=server_config(box.standby), defaults=FAST)
+    gate = start_gate(tmp_path, box.dc, "mid")
+    wait_running(box.dc, "mid", gate)
+    wait_sampled(box.dc, "mid")
+    load = SteadyLoad(box, "shop")
+    load.start()
+    time.sleep(3.0)
+    box.source.kill()
+    load.join()
+    time.sleep(FAST.failover_after_seconds / 2)  # gate retries the source: killed before it switches ...
+    gate.send_signal(signal.SIGKILL)
+    gate.wait()
+    gate = start_gate(tmp_path, box.dc, "mid")  # ... it starts on the dead source and fails over
+    wait_row(box.dc, "mid", f"SELECT 1 FROM gate_meta WHERE name = '{MARKER}'")  # switch stored, dropping starts
+    gate.send_signal(signal.SIGKILL)  # killed again, in the middle of the switch
+    gate.wait()
+    _write_on(box.standby, "INSERT INTO shop.t0 (id, name) VALUES (1000000, 'after the switch')")
+    gate = start_gate(tmp_path, box.dc, "mid")
+    wait_running(box.dc, "mid", gate)
+    try:
+        wait_caught_up(box.standby, box.dc, "mid")
+    finally:
+        gate.send_signal(signal.SIGTERM)
+        assert gate.wait(timeout=60) == 0
+    assert _switches(box, "mid") == [(box.source.address, box.standby.address)]
+    rows = _exact(box, "mid", box.standby, "shop")
+    assert load.committed > 20 and rows[-1][5] == box.standby.address
+    with box.dc.connect("mid") as conn, conn.cursor() as cur:
+        assert cur.execute("SELECT 1 FROM gate_meta WHERE name = %s", (MARKER,)) == 0
+
+
+def test_standby_lagging_at_the_switch(make_sandbox: Callable[..., Sandbox],
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    dc = make_channel(box.dc, box.source, "lag", standby=server_config(box.standby), failover_mode="fingerprint",
+                      defaults=FAST)
+    load = SteadyLoad(box, "shop")
+    caplog.set_level(logging.INFO, logger="gate.failover")
+    with running(dc, "lag"):
+        wait_sampled(box.dc, "lag")
+        load.start()
+        time.sleep(1.5)
+        _write_on(box.standby, "STOP SLAVE SQL_THREAD")  # the standby only receives, for a while
+        time.sleep(2.5)
+        _write_on(box.standby, "START SLAVE SQL_THREAD")
+        box.source.kill()  # while the standby still applies what it has received
+        load.join()
+        _wait_switch(box, "lag", timeout=FAST.failover_after_seconds + 10)
+        _write_on(box.standby, "INSERT INTO shop.t0 (id, name) VALUES (1000000, 'after the switch')")
+        wait_caught_up(box.standby, box.dc, "lag", timeout=60)
+    assert _switches(box, "lag") == [(box.source.address, box.standby.address)]
+    _exact(box, "lag", box.standby, "shop")
+    # the restart point lay in the lag: more than a second of transactions had to be dropped again
+    [skipped] = [int(m.group(1)) for m in (re.search(r"skipped (\d+) transactions", r.getMessage())
+                                           for r in caplog.records) if m]
+    assert skipped > 30, skipped
+
+
+def test_blip_shorter_than_the_detection_time_is_no_switch(make_sandbox: Callable[..., Sandbox]) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    defaults = replace(FAST, failover_after_seconds=10.0)
+    dc = make_channel(box.dc, box.source, "blip", standby=server_config(box.standby), defaults=defaults)
+    with running(dc, "blip"):
+        load = SteadyLoad(box, "shop")
+        load.start()
+        time.sleep(1.5)
+        down = time.monotonic()
+        box.source.stop()  # SIGTERM: a clean shutdown ...
+        load.join()
+        box.source.start()  # ... and back
+        outage = time.monotonic() - down
+        assert outage < defaults.failover_after_seconds - 3, outage
+        again = SteadyLoad(box, "shop2")
+        again.start()
+        time.sleep(1.5)
+        again.stop.set()
+        again.join()
+        wait_caught_up(box.source, box.dc, "blip")
+    assert _switches(box, "blip") == []
+    rows = _exact(box, "blip", box.source, "shop", "shop2")
+    assert {r[5] for r in rows} == {box.source.address}
+    assert load.committed > 10 and again.committed > 10
+
+
+def test_planned_switch_from_the_cli(sandbox: Sandbox, gate: Gate, unique_name: str) -> None:
+    assert sandbox.standby is not None
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, standby=server_config(sandbox.standby),
+                      allow=(f"{db}.*",), defaults=FAST)
+    load = SteadyLoad(sandbox, db)  # on the source, all along: it stays alive
+    load.start()
+    with running(dc, unique_name):
+        wait_sampled(sandbox.dc, unique_name)
+        time.sleep(2.0)
+        busy = gate("channel", "switch", unique_name, "--yes")
+        assert busy.exit_code == 1
+        assert re.fullmatch(rf"error: Channel '{unique_name}' is running: a gate process holds its lock \(DC "
+                            r"connection \d+\)\. Stop gate first \(SIGTERM or Ctrl-C; it stores its checkpoint\), "
+                            r"then switch\.\n", busy.stderr)
+    unconfirmed = gate("channel", "switch", unique_name)
+    assert (unconfirmed.exit_code, unconfirmed.stderr) == (1, (
+        f"error: Channel '{unique_name}' was not switched: confirmation is needed and this session has no terminal "
+        "to ask on. Add --yes to switch it to its standby.\n"))
+    result = gate("--json", "channel", "switch", unique_name, "--yes")
+    assert result.exit_code == 0, result.stderr
+    switched = json.loads(result.stdout)
+    checkpoint = dc_rows(sandbox.dc, unique_name)[-1][0]
+    assert {k: v for k, v in switched.items() if k != "resume"} == {
+        "channel": unique_name, "from": sandbox.source.address, "to": sandbox.standby.address, "at_id": checkpoint,
+        "failover_mode": "gtid", "removed_rows_above_checkpoint": 0}
+    with running(dc, unique_name):
+        time.sleep(1.0)
+        load.stop.set()
+        load.join()
+        sandbox.wait_standby_caught_up()
+        wait_caught_up(sandbox.standby, sandbox.dc, unique_name)
+    assert sandbox.source.is_running()
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT from_instance, to_instance, reason, at_id FROM gate_switch")
+        assert cur.fetchall() == ((sandbox.source.address, sandbox.standby.address, PLANNED, checkpoint),)
+    rows = _exact(sandbox, unique_name, sandbox.standby, db)
+    assert {r[5] for r in rows[:checkpoint]} == {sandbox.source.address}
+    assert len(rows) > checkpoint and {r[5] for r in rows[checkpoint:]} == {sandbox.standby.address}
+
+
+def test_set_failover_settings(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
+    make_channel(sandbox.dc, sandbox.source, unique_name)
+    result = gate("channel", "set", unique_name, "--on-divergence", "continue", "--failover-mode", "fingerprint")
+    assert (result.exit_code, result.stdout) == (
+        0, f"channel        {unique_name}\nfailover_mode  fingerprint\non_divergence  continue\n")
+    shown = json.loads(gate("--json", "channel", "show", unique_name).stdout)
+    assert (shown["failover_mode"], shown["on_divergence"]) == ("fingerprint", "continue")
+    result = gate("--json", "channel", "set", unique_name, "--on-divergence", "stop")
+    assert json.loads(result.stdout) == {"channel": unique_name, "failover_mode": "fingerprint",
+                                         "on_divergence": "stop"}
+    wrong = gate("channel", "set", unique_name, "--failover-mode", "guess")
+    assert wrong.exit_code == 2 and "'guess' is not one of 'gtid', 'fingerprint'" in wrong.stderr
+
+
+def test_switch_time(make_sandbox: Callable[..., Sandbox]) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    took = measure_switch_time(box, FAST)
+    print(f"\nswitch time (failover_after_seconds {took.failover_after_seconds}): switch recorded after "
+          f"{took.switch_recorded_seconds} s, first row from the standby in the DC after "
+          f"{took.first_new_row_seconds} s")
+    assert took.switch_recorded_seconds <= took.first_new_row_seconds < FAST.failover_after_seconds + 15
+    with running(server_config(box.dc), SWITCH_TIME_CHANNEL):  # the measured switch was exact too
+        wait_caught_up(box.standby, box.dc, SWITCH_TIME_CHANNEL)
+    _exact(box, SWITCH_TIME_CHANNEL, box.standby, LOAD_DB, APP_DB)
+
+
+# --- the standby's preflight ---------------------------------------------------------------------
+
+
+def test_standby_preflight(sandbox: Sandbox) -> None:
+    assert sandbox.standby is not None
+    source, standby = server_config(sandbox.source), server_config(sandbox.standby)
+    assert check_server(standby, 4242, "standby", source) == []
+    assert check_server(standby, None, "standby", replace(source, host="localhost")) == []  # the same server
+    fix = ("on the standby, STOP SLAVE; CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={port}, "
+           "MASTER_USER='...', MASTER_PASSWORD='...', MASTER_USE_GTID=slave_pos; START SLAVE; or make a replica of "
+           "the source the channel's standby ('gate channel set-standby').")
+    other = ServerConfig("127.0.0.1", free_port())
+    assert check_server(standby, None, "standby", other) == [Problem(
+        "replication source", sandbox.source.address, f"the channel's source {other.address}",
+        fix.format(port=other.port))]
+    assert check_server(source, None, "standby", standby) == [Problem(  # the source replicates from nobody
+        "replication", "not set up (SHOW SLAVE STATUS is empty)",
+        f"the standby replicating from the source {standby.address}", fix.format(port=standby.port))]
+    # an account that may not look: a warning whose fix works
+    with sandbox.standby.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET sql_log_bin = 0")
+        cur.execute("CREATE USER IF NOT EXISTS 'pf_standby'@'127.0.0.1' IDENTIFIED BY 'pf-pw'")
+        cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'pf_standby'@'127.0.0.1'")
+        limited = ServerConfig("127.0.0.1", sandbox.standby.port, "pf_standby", Secret("pf-pw"))
+        [denied] = check_server(limited, None, "standby", source)
+        assert denied == Problem(
+            "SHOW SLAVE STATUS", "denied to 'pf_standby'@'127.0.0.1'",
+            f"it to see that the standby replicates from {source.address}",
+            "GRANT SLAVE MONITOR ON *.* TO 'pf_standby'@'127.0.0.1'; or make sure yourself that the standby "
+            f"replicates from {source.address}.", fatal=False)
+        cur.execute(denied.fix.split(";")[0])
+        assert check_server(limited, None, "standby", source) == []
+        cur.execute("DROP USER 'pf_standby'@'127.0.0.1'")
+        # stopped replication is a warning
+        cur.execute("STOP SLAVE SQL_THREAD")
+        try:
+            [stopped] = check_server(standby, None, "standby", source)
+        finally:
+            cur.execute("START SLAVE SQL_THREAD")
+    assert (stopped.setting, stopped.found, stopped.fatal) == (
+        f"replication from {sandbox.source.address}", "Slave_IO_Running Yes, Slave_SQL_Running No", False)
+
+
+def test_gate_run_checks_the_standby(sandbox: Sandbox, unique_name: str) -> None:
+    source = server_config(sandbox.source)
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, standby=source)  # not a replica of itself
+    with ThreadPoolExecutor(1) as pool, pytest.raises(PreflightFailed) as failed:  # not in the main thread:
+        pool.submit(Pipeline(dc, unique_name).run).result(timeout=60)  # run() would take its signals
+    assert str(failed.value).startswith(f"The standby server {source.address} is not ready for gate (1 problem(s)):\n"
+                                        "  - replication is not set up (SHOW SLAVE STATUS is empty)")
+    gone, gone_too = ServerConfig("127.0.0.1", free_port()), ServerConfig("127.0.0.1", free_port())
+    # with a standby, a server that does not answer is a warning; without one, an error
+    warnings = require_channel(ChannelSettings(unique_name, gone, gone_too, server_id=4242))
+    assert [(w.setting, w.found, w.fatal) for w in warnings] == [
+        (f"the source {gone.address}", "unreachable", False), (f"the standby {gone_too.address}", "unreachable", False)]
+    assert warnings[0].fix.endswith("Meanwhile gate fails over to the standby if it stays down.")
+    assert warnings[1].fix.endswith("Meanwhile gate cannot fail over until it is back.")
+    with pytest.raises(ConnectionFailed):
+        require_channel(ChannelSettings(unique_name, gone, server_id=4242))
+
+
+def test_gtid_positions_per_domain() -> None:
+    assert _gtid_seqs("0-1-100,0-2-5,1-1-7") == {"0": 100, "1": 7}  # a domain can list several servers
+    assert _gtid_seqs("0-2-5, 0-1-100") == {"0": 100}
+    assert _gtid_seqs(None) == {}

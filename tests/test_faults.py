@@ -1,0 +1,80 @@
+"""Faults around a running gate: source and DC restarts (clean and kill -9), purged binlogs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gate.config import ChannelDefaults
+from gate.errors import PositionPurged
+from gate.pipeline import Pipeline
+from gate.sandbox import MariaDBServer, Sandbox
+from gate.workload import RandomWorkload
+from tests.replay import dc_rows, fresh_target, make_channel, replay, running, table_contents, wait_caught_up
+
+
+def _bounce(server: MariaDBServer, kill: bool) -> None:
+    server.kill() if kill else server.stop()
+    time.sleep(0.5)
+    server.start()
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_source_and_dc_restarts_mid_stream_end_exactly_once(
+        make_sandbox: Callable[..., Sandbox], kill: bool) -> None:
+    box = make_sandbox()
+    db = "shop"
+    dc = make_channel(box.dc, box.source, "faults", defaults=ChannelDefaults(batch_rows=50, writers=2))
+    make_channel(box.dc, box.source, "reference")
+    with running(dc, "faults"):
+        for phase, victim in enumerate((box.source, box.dc, None)):
+            with box.source.connect() as conn:
+                work = RandomWorkload(conn, f"{db}{phase}", seed=phase, ddl_every=20)
+                work.setup()
+                work.run(150)
+            if victim is not None:
+                _bounce(victim, kill)
+        wait_caught_up(box.source, box.dc, "faults", timeout=120)
+    with running(dc, "reference"):
+        wait_caught_up(box.source, box.dc, "reference", timeout=120)
+    rows = dc_rows(box.dc, "faults")
+    assert rows == dc_rows(box.dc, "reference")
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    with box.source.connect() as source:
+        for phase in range(3):
+            with fresh_target(box.dc, f"{db}{phase}") as target:
+                replay([r for r in rows if r[2] == f"{db}{phase}"], target)
+                assert table_contents(target, f"{db}{phase}") == table_contents(source, f"{db}{phase}")
+
+
+def test_purged_resume_position_is_refused_with_the_oldest_binlog_named(make_sandbox: Callable[..., Sandbox]) -> None:
+    box = make_sandbox()
+    dc = make_channel(box.dc, box.source, "purged")
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE p")
+        cur.execute("CREATE TABLE p.t (id INT PRIMARY KEY)")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("INSERT INTO p.t VALUES (1)")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("PURGE BINARY LOGS TO 'mysql-bin.000003'")
+        cur.execute("SHOW BINARY LOGS")
+        oldest = cur.fetchone()[0]
+    with box.dc.connect("purged") as conn, conn.cursor() as cur:
+        cur.execute("SELECT log_file, log_pos FROM gate_resume")
+        file, pos = cur.fetchone()
+    assert file == "mysql-bin.000001" and oldest > file
+    with pytest.raises(PositionPurged) as err:
+        Pipeline(dc, "purged", preflight=False).run()
+    assert str(err.value) == (
+        f"The resume position {file}:{pos} is no longer on the source "
+        f"{box.source.address}: its oldest binary log is {oldest}. The changes in between are lost "
+        "to gate. Rebuild the consumers' copy and set a new start position "
+        "('gate channel set-position NAME --now'), or restore the binlogs."
+    )
+    with box.dc.connect("purged") as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM transfer_data")
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT log_file, log_pos FROM gate_resume")
+        assert cur.fetchone() == (file, pos)

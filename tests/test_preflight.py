@@ -1,0 +1,144 @@
+"""The preflight: every problem named with its fix, on real servers set up wrong on purpose."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pymysql
+import pytest
+from click.testing import Result
+
+from gate.config import Secret, ServerConfig
+from gate.errors import PreflightFailed
+from gate.preflight import Problem, check_server, require_server
+from gate.sandbox import Sandbox
+
+Gate = Callable[..., Result]
+WRONG_ARGS = ("--skip-log-bin", "--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL",
+              "--binlog-row-metadata=MINIMAL", "--skip-log-slave-updates")
+
+
+def root(server: object) -> ServerConfig:
+    return ServerConfig("127.0.0.1", server.port)  # type: ignore[attr-defined]
+
+
+def fix_of(setting: str, value: str) -> str:
+    return (f"SET GLOBAL {setting} = '{value}'; and add '{setting} = {value}' under [mysqld] in my.cnf to keep it "
+            "after a restart.")
+
+
+def test_every_setting_wrong(make_sandbox: Callable[..., Sandbox], gate: Gate) -> None:
+    box = make_sandbox(source_args=WRONG_ARGS)
+    server = root(box.source)
+    assert check_server(server, 1, "standby") == [
+        Problem("log_bin", "OFF", "ON", "binary logging cannot be switched on at run time: add 'log_bin = mysql-bin' "
+                                        "under [mysqld] in my.cnf and restart the server."),
+        Problem("binlog_format", "STATEMENT", "ROW", fix_of("binlog_format", "ROW")),
+        Problem("binlog_row_image", "MINIMAL", "FULL", fix_of("binlog_row_image", "FULL")),
+        Problem("binlog_row_metadata", "MINIMAL", "FULL", fix_of("binlog_row_metadata", "FULL")),
+        Problem("log_slave_updates", "OFF", "ON (a standby must binlog what it replicates)",
+                "add 'log_slave_updates = ON' under [mysqld] in my.cnf and restart the standby."),
+        Problem("server_id", "1, the same as gate's", "a server_id other than the server's own",
+                "give gate a server_id that no server or replica of this replication topology uses (--server-id N "
+                "when creating the channel or checking the source)."),
+    ]
+    result = gate("check-source", box.source.address, "--server-id", "7")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"error: The source server {box.source.address} is not ready for gate (4 problem(s)):\n"
+        "  - log_bin is OFF; gate needs ON. Fix: binary logging cannot be switched on at run time: add "
+        "'log_bin = mysql-bin' under [mysqld] in my.cnf and restart the server.\n"
+        f"  - binlog_format is STATEMENT; gate needs ROW. Fix: {fix_of('binlog_format', 'ROW')}\n"
+        f"  - binlog_row_image is MINIMAL; gate needs FULL. Fix: {fix_of('binlog_row_image', 'FULL')}\n"
+        f"  - binlog_row_metadata is MINIMAL; gate needs FULL. Fix: {fix_of('binlog_row_metadata', 'FULL')}\n"
+    )
+    # the statements given as fixes do fix what can be fixed at run time
+    with box.source.connect() as conn, conn.cursor() as cur:
+        for problem in check_server(server, None):
+            if problem.fix.startswith("SET GLOBAL"):
+                cur.execute(problem.fix.split(";")[0])
+    assert [p.setting for p in check_server(server, None)] == ["log_bin"]
+
+
+@pytest.fixture(scope="module")
+def accounts(sandbox: Sandbox) -> Iterator[dict[str, ServerConfig]]:
+    """Accounts on the session source with various privileges (not binlogged, not replicated)."""
+    grants = {"pf_none": None, "pf_slave": "REPLICATION SLAVE", "pf_all": "ALL PRIVILEGES",
+              "pf_client": "REPLICATION SLAVE, REPLICATION CLIENT, SELECT"}
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET sql_log_bin = 0")
+        for user, privileges in grants.items():
+            cur.execute(f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY 'pf-pw'")
+            if privileges:
+                cur.execute(f"GRANT {privileges} ON *.* TO '{user}'@'127.0.0.1'")
+    yield {user: ServerConfig("127.0.0.1", sandbox.source.port, user, Secret("pf-pw")) for user in grants}
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET sql_log_bin = 0")
+        for user in grants:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+
+
+def test_missing_privileges_and_their_fix(sandbox: Sandbox, accounts: dict[str, ServerConfig]) -> None:
+    assert check_server(accounts["pf_none"], None) == [Problem(
+        "privileges of 'pf_none'@'127.0.0.1'", "USAGE", "REPLICATION SLAVE, BINLOG MONITOR and SELECT on *.*",
+        "GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'pf_none'@'127.0.0.1';")]
+    [problem] = check_server(accounts["pf_slave"], None)
+    assert (problem.found, problem.fix) == (
+        "REPLICATION SLAVE", "GRANT BINLOG MONITOR, SELECT ON *.* TO 'pf_slave'@'127.0.0.1';")
+    with pytest.raises(PreflightFailed) as caught:
+        require_server(accounts["pf_slave"], None)
+    assert str(caught.value) == (
+        f"The source server {sandbox.source.address} is not ready for gate (1 problem(s)):\n"
+        "  - privileges of 'pf_slave'@'127.0.0.1' is REPLICATION SLAVE; gate needs REPLICATION SLAVE, BINLOG MONITOR "
+        "and SELECT on *.*. Fix: GRANT BINLOG MONITOR, SELECT ON *.* TO 'pf_slave'@'127.0.0.1';"
+    )
+    with sandbox.source.connect() as conn, conn.cursor() as cur:  # the fix is a working statement
+        cur.execute("SET sql_log_bin = 0")
+        cur.execute(problem.fix)
+    assert check_server(accounts["pf_slave"], None) == []
+    assert check_server(accounts["pf_all"], 4242) == []  # ALL PRIVILEGES counts, and may list replicas
+    assert check_server(accounts["pf_client"], None) == []  # REPLICATION CLIENT is BINLOG MONITOR on MariaDB
+
+
+def test_server_id_clashes(sandbox: Sandbox, accounts: dict[str, ServerConfig]) -> None:
+    assert check_server(root(sandbox.source), 4242) == []
+    [own] = check_server(root(sandbox.source), 1)
+    assert (own.setting, own.found) == ("server_id", "1, the same as gate's")
+    [replica] = check_server(root(sandbox.source), 2)  # the standby replicates with server_id 2
+    assert (replica.setting, replica.found.split(" at ")[0], replica.fatal) == (
+        "server_id", "2, already used by the replica", True)
+    # an account that may not list replicas gets a warning, not a failure
+    assert require_server(accounts["pf_client"], 2) == [Problem(
+        "SHOW SLAVE HOSTS", "denied to 'pf_client'@'127.0.0.1'", "it to see that no connected replica uses server_id 2",
+        "GRANT REPLICATION MASTER ADMIN ON *.* TO 'pf_client'@'127.0.0.1'; or make sure yourself that no replica uses "
+        "server_id 2.", fatal=False)]
+
+
+def test_check_source_cli(gate: Gate, sandbox: Sandbox, accounts: dict[str, ServerConfig]) -> None:
+    address = sandbox.source.address
+    result = gate("check-source", address, "--server-id", "4242")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0, f"source {address}: ready for gate with server_id 4242\n", "")
+    result = gate("check-source", address, "--user", "pf_client", "--password-env", "PF_PW", env={"PF_PW": "pf-pw"})
+    assert (result.exit_code, result.stdout) == (0, f"source {address}: ready for gate (server_id not checked: give "
+                                                    "--server-id)\n")
+    result = gate("--json", "check-source", address, "--user", "pf_none", "--password", "pf-pw", "--server-id", "2")
+    assert result.exit_code == 1
+    [report] = json.loads(result.stdout)
+    assert (report["role"], report["server"], report["server_id"], report["ok"]) == ("source", address, 2, False)
+    assert [(p["setting"], p["fatal"]) for p in report["problems"]] == [
+        ("privileges of 'pf_none'@'127.0.0.1'", True), ("SHOW SLAVE HOSTS", False)]
+    assert sandbox.standby is not None
+    result = gate("check-source", sandbox.standby.address, "--role", "standby")
+    assert (result.exit_code, result.stdout) == (0, f"standby {sandbox.standby.address}: ready for gate (server_id "
+                                                    "not checked: give --server-id)\n")
+
+
+def test_wrong_password(sandbox: Sandbox, gate: Gate) -> None:
+    result = gate("check-source", sandbox.source.address, "--user", "pf_none", "--password", "nope")
+    assert (result.exit_code, result.stderr) == (1, (
+        f"error: The source server {sandbox.source.address} refused user 'pf_none': wrong password or no such user "
+        "from this host. Check the source credentials (password via an ${ENV} reference).\n"))
+    with pytest.raises(pymysql.err.OperationalError):
+        pymysql.connect(host="127.0.0.1", port=sandbox.source.port, user="pf_none", password="nope")
