@@ -663,9 +663,10 @@ def check_source(app: App, address: str, user: str | None, password: str | None,
                    "problems": check_server(server, server_id, role)}])
 
 
-# --- running a channel (gate/cli_run.py) -------------------------------------------------------
+# --- running and reading a channel (gate/cli_run.py, gate/cli_consume.py) --------------------
 
-from gate.cli_run import run, status  # noqa: E402  (imported after main exists; they use App via pass_obj)
+from gate.cli_consume import spark_load, spark_materialise, tail  # noqa: E402  (they use App via pass_obj)
+from gate.cli_run import run, status  # noqa: E402
 
-main.add_command(run)
-main.add_command(status)
+for _command in (run, status, tail, spark_load, spark_materialise):
+    main.add_command(_command)

@@ -489,6 +489,8 @@ def test_help_has_an_example_everywhere(gate: Gate) -> None:
         for name, command in getattr(group, "commands", {}).items():
             yield from commands(command, path + [name])
 
+    verbs = set(main.commands)
+    assert verbs == {"channel", "check-source", "sandbox", "run", "status", "tail", "spark-load", "spark-materialise"}
     for path in commands(main, []):
         result = gate(*path, "--help")
         assert result.exit_code == 0

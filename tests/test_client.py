@@ -13,8 +13,7 @@ import pymysql
 import pytest
 from click.testing import CliRunner
 
-from gate.cli import App
-from gate.cli_consume import tail
+from gate.cli import main
 from gate.client import Change, Consumer, Cursor
 from gate.config import ChannelDefaults, Secret, ServerConfig
 from gate.dc import ChannelSettings, connect, create_channel
@@ -214,7 +213,7 @@ def test_concurrent_pipeline_rows_exactly_once(sandbox: Sandbox, unique_name: st
 
 
 def run_tail(gate_config: Path, *args: str) -> list[str]:
-    result = CliRunner().invoke(tail, list(args), obj=App(str(gate_config), False), catch_exceptions=False)
+    result = CliRunner().invoke(main, ["--config", str(gate_config), "tail", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output.splitlines()
 
@@ -244,8 +243,8 @@ def test_tail(sandbox: Sandbox, unique_name: str, gate_config: Path) -> None:
          "ddl": None},
         {"id": 6, "tid": 4, "dbname": "crm", "tablename": "orders", "create_time": "2024-05-01T10:02:00Z",
          "instance_name": "src:3306", "optype": "TRUNCATE", "new": None, "old": None, "ddl": {}}]
-    result = CliRunner().invoke(tail, [unique_name, "--from", "9"], obj=App(str(gate_config), False))
-    assert isinstance(result.exception, InvalidValue) and "checkpoint" in str(result.exception)
+    result = CliRunner().invoke(main, ["--config", str(gate_config), "tail", unique_name, "--from", "9"])
+    assert result.exit_code == 2 and result.stderr.startswith("error: ") and "checkpoint" in result.stderr
 
 
 def test_tail_follows_until_interrupted(sandbox: Sandbox, unique_name: str, gate_config: Path) -> None:
@@ -261,8 +260,8 @@ def test_tail_follows_until_interrupted(sandbox: Sandbox, unique_name: str, gate
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("gate.cli_consume.click.echo", echo)
-        result = CliRunner().invoke(tail, [unique_name, "--from", "6", "--interval", "0.05"],
-                                    obj=App(str(gate_config), False), catch_exceptions=False)
+        result = CliRunner().invoke(main, ["--config", str(gate_config), "tail", unique_name, "--from", "6",
+                                           "--interval", "0.05"], catch_exceptions=False)
     timer.join()
     assert result.exit_code == 0
     assert [line.split()[0] for line in output] == ["6", "7", "8", "9"]

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import Result
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from gate.cli import App
-from gate.cli_consume import spark_load, spark_materialise
 from gate.config import ServerConfig
 from gate.sandbox import Sandbox
 from gate.workload import TABLE_DDL, RandomWorkload
@@ -25,6 +23,8 @@ from spark_readers.materialise import MaterialiseError, column_default, material
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource, spark_session
 from tests.replay import make_channel, running, wait_caught_up
+
+Gate = Callable[..., Result]
 
 
 @pytest.fixture(scope="module")
@@ -268,20 +268,17 @@ def test_column_default(sql: str, column: str, data_type: str, expected: str | N
     assert column_default(sql, column, data_type) == expected
 
 
-def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sandbox, gate_config: Path,
+def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sandbox, gate: Gate,
                             tmp_path: Path) -> None:
-    app = App(str(gate_config), False)
-    runner = CliRunner()
-    loaded = runner.invoke(spark_load, [history.source.channel, "--out", str(tmp_path / "inc"), "--partitions", "3"],
-                           obj=app, catch_exceptions=False)
+    loaded = gate("spark-load", history.source.channel, "--out", str(tmp_path / "inc"), "--partitions", "3")
     assert loaded.exit_code == 0
     checkpoint = dc_rows(history.source)[-1]
     assert loaded.output == f"wrote increment=1-{checkpoint[0]} (tid {checkpoint[1]})\n"
     stale = tmp_path / "img" / history.db / "dropped_long_ago"
     stale.mkdir(parents=True)
     (tmp_path / "img" / "_gate_materialised").write_text("{}")  # an earlier image: replaced as a whole
-    made = runner.invoke(spark_materialise, [history.source.channel, "--increments", str(tmp_path / "inc"),
-                                             "--out", str(tmp_path / "img")], obj=app, catch_exceptions=False)
+    made = gate("spark-materialise", history.source.channel, "--increments", str(tmp_path / "inc"),
+                "--out", str(tmp_path / "img"))
     assert made.exit_code == 0
     assert not stale.exists()
     assert sorted(made.output.splitlines()) == sorted(
