@@ -24,7 +24,7 @@ so a row above it (possibly part of an unfinished transaction) is never returned
 inside a source transaction; ``Change.tid`` tells which rows belong together.
 
 Privileges: an unnamed consumer needs SELECT on ``transfer_data`` and ``transfer_checkpoint``; a
-named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see docs/consumers.md).
+named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see README.md, "Reading a channel").
 """
 
 from __future__ import annotations

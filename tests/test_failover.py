@@ -19,8 +19,8 @@ import pymysql
 import pytest
 from click.testing import Result
 
-from bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
-from bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
+from scripts.bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
+from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
 from gate.channel import set_failover
 from gate.config import ChannelDefaults, Secret, ServerConfig
 from gate.dc import ChannelSettings

@@ -1,6 +1,6 @@
 """Prototype (scratch, issue 6): decode rows in worker processes, write with cheap SQL.
 
-    .venv/bin/python bench/proto_pipeline.py [--rows 200000] [--workload a|b] [--decoders 1,2] [--writers 1]
+    .venv/bin/python scripts/bench/proto_pipeline.py [--rows 200000] [--workload a|b] [--decoders 1,2] [--writers 1]
                                              [--write values|loaddata|executemany|none]
 
 The main process reads the binlog with BinLogStreamReader but never decodes a row: it forwards the

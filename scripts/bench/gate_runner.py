@@ -1,6 +1,6 @@
 """Run one gate channel in the foreground, as ``gate run CHANNEL`` would, for the benchmark.
 
-    python bench/gate_runner.py --dc-port P --channel NAME [--stamp FILE] [--profile-dir DIR]
+    python scripts/bench/gate_runner.py --dc-port P --channel NAME [--stamp FILE] [--profile-dir DIR]
 
 The benchmark starts this as a separate process so that it can measure the RSS and CPU of gate's
 whole process tree (main process + writer processes) with psutil. SIGTERM stops the pipeline
@@ -10,7 +10,7 @@ cleanly (it drains the writers and stores the last checkpoint).
 called: the benchmark measures gate's rows/s from that moment.
 
 ``GATE_BENCH_VARIANT`` (e.g. ``write=values,json=direct``) patches prototype fast paths from
-bench/fastpaths.py into gate in this process and in the writers; gate's files are not changed.
+scripts/bench/fastpaths.py into gate in this process and in the writers; gate's files are not changed.
 
 ``--profile-dir DIR`` runs the main process under cProfile (``DIR/main.prof``) and each writer
 process too (``DIR/writer-PID.prof``), without touching gate's code: the writer target is wrapped

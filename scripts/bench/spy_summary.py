@@ -1,8 +1,8 @@
 """Summarise a py-spy raw (collapsed stacks) file: per process, top functions by cumulative and self %.
 
-    .venv/bin/python bench/spy_summary.py py-spy-a.txt [--top 25] [--match gate/pipeline.py]
+    .venv/bin/python scripts/bench/spy_summary.py py-spy-a.txt [--top 25] [--match gate/pipeline.py]
 
-py-spy was run with --subprocesses --idle (bench/benchmark.py --py-spy WORKLOAD), so the stacks of
+py-spy was run with --subprocesses --idle (scripts/bench/benchmark.py --py-spy WORKLOAD), so the stacks of
 each process start with ``process PID:"cmdline"`` frames, and idle (waiting) stacks are included:
 percentages are of wall time, per thread (py-spy --threads: main thread, multiprocessing's queue
 feeder thread, other threads).

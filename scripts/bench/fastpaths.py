@@ -1,4 +1,4 @@
-"""Prototype fast paths (scratch, issue 6), patched into gate at run time by bench/gate_runner.py.
+"""Prototype fast paths (scratch, issue 6), patched into gate at run time by scripts/bench/gate_runner.py.
 
 gate's code is not changed: ``GATE_BENCH_VARIANT`` (comma-separated) selects patches, applied in the
 gate process and, for the writer patches, in each spawned writer process (spawn re-imports

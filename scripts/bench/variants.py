@@ -1,10 +1,10 @@
 """Compare gate variants on one loaded workload, with the same binlog and the same baseline (scratch, issue 6).
 
-    .venv/bin/python bench/variants.py [--workload a|b] [--rows N] [--repeat 2] \\
+    .venv/bin/python scripts/bench/variants.py [--workload a|b] [--rows N] [--repeat 2] \\
         [--variants "default;write=values;json=direct;write=values,json=direct;writers=1,write=values"]
 
 A variant is comma-separated key=value: ``writers`` and ``batch_rows`` are channel settings, the other
-keys select prototype fast paths of bench/fastpaths.py (``write=values|loaddata``, ``json=direct``).
+keys select prototype fast paths of scripts/bench/fastpaths.py (``write=values|loaddata``, ``json=direct``).
 Runs are interleaved (v1, v2, ..., v1, v2, ...) so that a noisy neighbour hurts all variants alike; the
 baseline is measured before each round. Each run's transfer_data fingerprint is printed: equal
 fingerprints mean the variant wrote exactly the rows gate's own code writes.

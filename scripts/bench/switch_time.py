@@ -1,6 +1,6 @@
 """Switch time: from the source's death (kill -9) to the first row read from the standby in the DC.
 
-    python bench/switch_time.py [--failover-after SECONDS]
+    python scripts/bench/switch_time.py [--failover-after SECONDS]
 
 :func:`measure_switch_time` runs a channel with a standby in this process under a steady write load
 on the source, kills the source, and then writes on the standby like an application that has moved

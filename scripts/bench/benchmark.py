@@ -1,12 +1,12 @@
 """gate benchmark: gate end to end against the bare binlog decoder, lag under steady load, peak RSS.
 
-    .venv/bin/python bench/benchmark.py [--quick] [--json FILE]
+    .venv/bin/python scripts/bench/benchmark.py [--quick] [--json FILE]
 
 Everything runs on private sandbox servers (a source and a DC) started in a temporary folder and
 stopped at the end. For each workload the source is loaded first; then the same binlog range is
 read twice: by a bare python-mysql-replication BinLogStreamReader (the baseline, in this process)
-and by gate (a separate process, bench/gate_runner.py, running gate.pipeline.Pipeline on a channel
-whose start position is the workload's first position). See bench/README.md for the figures.
+and by gate (a separate process, scripts/bench/gate_runner.py, running gate.pipeline.Pipeline on a channel
+whose start position is the workload's first position). See scripts/bench/README.md for the figures.
 
 Workloads:
   a  single-table inserts in 100-row transactions (--rows, 200k)
@@ -395,7 +395,7 @@ def drop_channel(dc: MariaDBServer, name: str) -> None:
 
 
 class GateProcess:
-    """bench/gate_runner.py for one channel, with its tree monitored."""
+    """scripts/bench/gate_runner.py for one channel, with its tree monitored."""
 
     def __init__(self, dc: MariaDBServer, channel: str, workdir: Path, profile_dir: Path | None = None,
                  py_spy: Path | None = None, variant: str = "") -> None:
@@ -413,7 +413,7 @@ class GateProcess:
         self.launched = time.time()
         self._log_file = open(self.log, "w")
         env = {**os.environ, "GATE_BENCH_VARIANT": variant}
-        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, cwd=BENCH_DIR.parent,
+        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, cwd=BENCH_DIR.parents[1],
                                      env=env)
         gate_pid = self.proc.pid
         if py_spy is not None:  # the runner is py-spy's child
@@ -728,7 +728,7 @@ def main() -> int:
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before each measurement wait up to SECONDS for the machine to be nearly idle")
     parser.add_argument("--variant", default="",
-                        help="prototype fast paths from bench/fastpaths.py, e.g. write=values,json=direct")
+                        help="prototype fast paths from scripts/bench/fastpaths.py, e.g. write=values,json=direct")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()

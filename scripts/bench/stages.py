@@ -1,8 +1,8 @@
 """Stage-by-stage costs of gate's pipeline, and prototypes of faster variants (scratch, for issue 6).
 
-    .venv/bin/python bench/stages.py [--rows 200000] [--workload a|b] [--skip-writers]
+    .venv/bin/python scripts/bench/stages.py [--rows 200000] [--workload a|b] [--skip-writers]
 
-On a private sandbox it loads one workload (bench/benchmark.py's loaders), then measures in this
+On a private sandbox it loads one workload (scripts/bench/benchmark.py's loaders), then measures in this
 process, each over the whole binlog range:
 
   reader   gate's BinlogReader, items only (row events not decoded)
