@@ -183,6 +183,13 @@ def plan_switch(conn: pymysql.Connection, settings: ChannelSettings, state: Resu
     is recorded in gate_switch.
     """
     channel, standby = settings.name, _standby(settings)
+    held = _gtid_seqs(state.gtid_pos)
+    standby_gtids = _gtid_seqs(_wait_relay_applied(standby))
+    mode = settings.failover_mode
+    lost = {d: (standby_gtids.get(d, 0), seq) for d, seq in held.items() if seq > standby_gtids.get(d, 0)}
+    if mode == "gtid" and lost:  # known from the GTIDs alone: reported before, and whether or not, a sample fits
+        described = ", ".join(f"domain {d}: seq {lo + 1}..{hi}" for d, (lo, hi) in lost.items())
+        report_divergence(settings, f"GTIDs the standby never received ({described})")
     margin = settings.defaults.failover_margin_seconds
     newest_allowed = (state.event_time or 0) - margin
     with conn.cursor() as cur:
@@ -197,14 +204,6 @@ def plan_switch(conn: pymysql.Connection, settings: ChannelSettings, state: Resu
             "by hand ('gate channel set-source' and 'set-position') if you know it."
         )
     sampled_at, log_file, log_pos = sample
-    standby_gtids = _gtid_seqs(_wait_relay_applied(standby))
-    held = _gtid_seqs(state.gtid_pos)
-    mode = settings.failover_mode
-    if mode == "gtid":
-        lost = {d: (standby_gtids.get(d, 0), seq) for d, seq in held.items() if seq > standby_gtids.get(d, 0)}
-        if lost:
-            described = ", ".join(f"domain {d}: seq {lo + 1}..{hi}" for d, (lo, hi) in lost.items())
-            report_divergence(settings, f"GTIDs the standby never received ({described})")
     marker = DedupeMarker(mode, held, origin_server_id, margin, state.id,
                           state.instance_name or settings.source.address, int(sampled_at))
     new_settings = replace(settings, source=standby, standby=None)

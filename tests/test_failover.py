@@ -23,9 +23,9 @@ from scripts.bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
 from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
 from gate.channel import set_failover
 from gate.config import ChannelDefaults, Secret, ServerConfig
-from gate.dc import ChannelSettings
+from gate.dc import ChannelSettings, connect, read_resume, read_settings
 from gate.errors import ConnectionFailed, FailoverError, PreflightFailed
-from gate.failover import MARKER, PLANNED, _gtid_seqs
+from gate.failover import MARKER, PLANNED, _gtid_seqs, plan_switch
 from gate.pipeline import Pipeline
 from gate.preflight import Problem, check_server, require_channel
 from gate.sandbox import MariaDBServer, Sandbox, free_port
@@ -150,6 +150,26 @@ def test_lost_transactions_are_reported_and_stop_the_switch(make_sandbox: Callab
     assert "DIVERGENCE on channel 'div': the DC holds GTIDs the standby never received" in str(err)
     assert "domain 0: seq 23..27" in str(err)
     assert _switches(box, "div") == []
+
+
+def test_gtid_divergence_is_reported_even_without_a_standby_sample(sandbox: Sandbox, unique_name: str) -> None:
+    """The GTIDs alone prove the loss: no sample is needed to report it, and nothing is switched."""
+    assert sandbox.standby is not None
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, standby=server_config(sandbox.standby), defaults=FAST)
+    sandbox.wait_standby_caught_up()
+    with connect(dc, "DC") as conn:
+        settings, state = read_settings(conn, unique_name), read_resume(conn, unique_name)
+        standby_seq = _gtid_seqs(state.gtid_pos).get("0", 0)
+        ahead = replace(state, gtid_pos=f"0-1-{standby_seq + 3}", event_time=int(time.time()))
+        with pytest.raises(FailoverError) as err:
+            plan_switch(conn, settings, ahead, 1, "test")
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM `{unique_name}`.gate_standby_sample")
+            assert cur.fetchone() == (0,)
+        assert read_settings(conn, unique_name).source == settings.source  # not switched
+    assert (f"DIVERGENCE on channel '{unique_name}': the DC holds GTIDs the standby never received "
+            f"(domain 0: seq {standby_seq + 1}..{standby_seq + 3})") in str(err.value)
+    assert _switches(sandbox, unique_name) == []
 
 
 def test_lost_transactions_in_fingerprint_mode_are_reported_then_accepted(
