@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from click.testing import Result
 
@@ -53,3 +55,65 @@ def test_status_shows_the_standby_its_sample_age_and_the_switches(
     assert lines[-4:-2] == [f"{'switches'.ljust(width)}1", ""]
     assert lines[-2].split() == ["switched_at", "from_instance", "to_instance", "at_id", "reason"]
     assert lines[-1].split()[2:] == [source, standby, str(checkpoint), *PLANNED.split()]
+
+
+def _source_now(sandbox: Sandbox) -> tuple[str, int]:
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        cur.execute("SELECT UNIX_TIMESTAMP()")
+        return f"{file}:{pos}", int(cur.fetchone()[0])
+
+
+def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        with running(dc, unique_name):
+            cur.execute(f"CREATE DATABASE {db}")  # no table: no row, no tid
+            cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")  # id 1, tid 1
+            for n in range(10):  # ids 2..31, tids 2..11
+                cur.execute(f"INSERT INTO {db}.t VALUES ({3 * n}), ({3 * n + 1}), ({3 * n + 2})")
+            cur.execute("SELECT UNIX_TIMESTAMP()")
+            inserted_at = int(cur.fetchone()[0])
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+            position, _ = _source_now(sandbox)
+            caught_up = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+
+            def load() -> None:  # about 500 rows/s: 10-row transactions every 20 ms
+                with sandbox.source.connect() as lconn, lconn.cursor() as lcur:
+                    for n in range(150):
+                        values = ", ".join(f"({1000 + 10 * n + k})" for k in range(10))
+                        lcur.execute(f"INSERT INTO {db}.t VALUES {values}")
+                        time.sleep(0.02)
+
+            loader = threading.Thread(target=load)
+            loader.start()
+            time.sleep(0.5)
+            moving = json.loads(gate("--json", "status", unique_name, "--sample", "2").stdout)
+            loader.join()
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        checkpointed = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+        time.sleep(2.2)  # the source's clock moves on; then a transaction gate does not read
+        cur.execute(f"INSERT INTO {db}.t VALUES (-1)")
+        behind_position, source_now = _source_now(sandbox)
+        stopped = json.loads(gate("--json", "status", unique_name, "--sample", "1").stdout)
+        text = gate("status", unique_name, "--sample", "0").stdout
+    assert caught_up["state"] == "running"
+    assert (caught_up["checkpoint_id"], caught_up["checkpoint_tid"]) == (31, 11)
+    assert caught_up["source_position"] == caught_up["resume_position"] == position
+    assert caught_up["lag_seconds"] == 0.0
+    last = datetime.strptime(caught_up["last_create_time"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    assert inserted_at - 1 <= last.timestamp() <= inserted_at
+    assert moving["state"] == "running" and 250 <= moving["rows_per_second"] <= 750, moving
+    assert (checkpointed["checkpoint_id"], checkpointed["checkpoint_tid"]) == (31 + 1500, 11 + 150)
+    assert stopped["state"] == "stopped" and stopped["rows_per_second"] is None
+    assert stopped["checkpoint_id"] == checkpointed["checkpoint_id"]
+    assert stopped["source_position"] == behind_position != stopped["resume_position"]
+    assert stopped["resume_position"] == checkpointed["resume_position"]
+    last_event = datetime.strptime(checkpointed["last_create_time"], "%Y-%m-%d %H:%M:%S").replace(
+        tzinfo=timezone.utc).timestamp()
+    assert source_now - last_event - 1 <= stopped["lag_seconds"] <= source_now - last_event + 2
+    assert stopped["lag_seconds"] >= 2
+    assert re.search(rf"\ncheckpoint_id +{stopped['checkpoint_id']}\n", text)
+    assert re.search(r"\nlag_seconds +\d+\.\d+\n", text) and "\nstate " in text and " stopped\n" in text
