@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -45,13 +46,16 @@ class InvariantWatch(threading.Thread):
                 time.sleep(0.01)
 
 
-def _workload(source: MariaDBServer, db: str, big_rows: int) -> threading.Thread:
+def _workload(source: MariaDBServer, db: str, big_rows: int, big_go: threading.Event) -> threading.Thread:
+    """400 random transactions, then (once ``big_go`` is set) one transaction of ``big_rows`` rows, then 400 more."""
+
     def load() -> None:
         with source.connect() as conn, conn.cursor() as cur:
             work = RandomWorkload(conn, db, seed=7, ddl_every=40)
             work.setup()
             work.run(400)
             cur.execute(f"CREATE TABLE {db}.big (id INT PRIMARY KEY, v VARCHAR(30))")
+            big_go.wait()
             conn.begin()
             for start in range(0, big_rows, 1000):
                 cur.executemany(f"INSERT INTO {db}.big VALUES (%s, %s)",
@@ -64,6 +68,13 @@ def _workload(source: MariaDBServer, db: str, big_rows: int) -> threading.Thread
     return thread
 
 
+def _rows_above_checkpoint(dc: MariaDBServer, channel: str, table: str | None = None) -> int:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM transfer_data WHERE id > (SELECT id FROM transfer_checkpoint)"
+                    + (" AND tablename = %s" if table else ""), (table,) if table else ())
+        return int(cur.fetchone()[0])
+
+
 def test_kill_9_at_random_moments_gives_the_uninterrupted_result(
         sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
     db = f"src_{unique_name}"
@@ -73,18 +84,35 @@ def test_kill_9_at_random_moments_gives_the_uninterrupted_result(
     make_channel(sandbox.dc, sandbox.source, reference, allow=(f"{db}.*",), defaults=defaults)
     watch = InvariantWatch(sandbox.dc, crashy)
     watch.start()
-    load = _workload(sandbox.source, db, big_rows=40000)
+    big_go = threading.Event()
+    load = _workload(sandbox.source, db, 40000, big_go)
     rng = random.Random(11)
     kills, partial_kills = 0, 0
-    while kills < 12:
-        gate = start_gate(tmp_path, sandbox.dc, crashy)
-        time.sleep(rng.uniform(0.3, 2.0))
+
+    def kill(gate: subprocess.Popen[bytes]) -> None:
+        nonlocal kills, partial_kills
         gate.send_signal(signal.SIGKILL)
         gate.wait()
         kills += 1
-        with sandbox.dc.connect(crashy) as conn, conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM transfer_data WHERE id > (SELECT id FROM transfer_checkpoint)")
-            partial_kills += cur.fetchone()[0] > 0
+        partial_kills += _rows_above_checkpoint(sandbox.dc, crashy) > 0
+
+    for _ in range(6):  # at random moments of the first 400 transactions
+        gate = start_gate(tmp_path, sandbox.dc, crashy)
+        time.sleep(rng.uniform(0.3, 2.0))
+        kill(gate)
+    # once inside the big transaction: at least two writer batches of it written, its end not reached
+    gate = start_gate(tmp_path, sandbox.dc, crashy)
+    big_go.set()
+    deadline = time.monotonic() + 120
+    while (in_big := _rows_above_checkpoint(sandbox.dc, crashy, "big")) < 2 * defaults.batch_rows:
+        assert time.monotonic() < deadline, "gate never wrote two batches of the big transaction"
+        time.sleep(0.01)
+    kill(gate)
+    assert _rows_above_checkpoint(sandbox.dc, crashy, "big") >= in_big  # killed with them above the checkpoint
+    while kills < 13:  # random again, through the rest of the big transaction and the last 400
+        gate = start_gate(tmp_path, sandbox.dc, crashy)
+        time.sleep(rng.uniform(0.3, 2.0))
+        kill(gate)
     load.join()
     gate = start_gate(tmp_path, sandbox.dc, crashy)
     wait_running(sandbox.dc, crashy, gate)
