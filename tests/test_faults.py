@@ -21,20 +21,36 @@ def _bounce(server: MariaDBServer, kill: bool) -> None:
     server.start()
 
 
+def _resume_behind_source_end(box: Sandbox, channel: str) -> bool:
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        end = cur.fetchone()[:2]
+    with box.dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT log_file, log_pos FROM gate_resume")
+        return tuple(cur.fetchone()) < tuple(end)
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
 def test_source_and_dc_restarts_mid_stream_end_exactly_once(
         make_sandbox: Callable[..., Sandbox], kill: bool) -> None:
+    """Each phase ends with a 6,000-row transaction; the victim restarts right after its commit, while
+    gate is still reading or writing it (asserted), so gate must resume from the last whole transaction."""
     box = make_sandbox()
     db = "shop"
     dc = make_channel(box.dc, box.source, "faults", defaults=ChannelDefaults(batch_rows=50, writers=2))
     make_channel(box.dc, box.source, "reference")
     with running(dc, "faults"):
         for phase, victim in enumerate((box.source, box.dc, None)):
-            with box.source.connect() as conn:
+            with box.source.connect() as conn, conn.cursor() as cur:
                 work = RandomWorkload(conn, f"{db}{phase}", seed=phase, ddl_every=20)
                 work.setup()
                 work.run(150)
+                cur.execute(f"CREATE TABLE {db}{phase}.bulk (id INT PRIMARY KEY, v VARCHAR(20))")
+                conn.begin()
+                cur.executemany(f"INSERT INTO {db}{phase}.bulk VALUES (%s, %s)", [(i, f"v{i}") for i in range(6000)])
+                conn.commit()
             if victim is not None:
+                assert _resume_behind_source_end(box, "faults"), "gate had caught up before the restart"
                 _bounce(victim, kill)
         wait_caught_up(box.source, box.dc, "faults", timeout=120)
     with running(dc, "reference"):
