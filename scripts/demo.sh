@@ -48,6 +48,100 @@ wait $gate_pid || true
 trap - EXIT
 echo "== gate stopped (SIGTERM: drained and checkpointed); its log:"
 tail -n 4 .state/demo-gate.log
+
+# Load the channel into Parquet with Spark, materialise each table's current rows, and set one table
+# next to the source's. Spark's start-up chatter on stderr goes to a log, shown if a command fails.
+spark=.state/demo-spark
+rm -rf $spark
+mkdir -p $spark
+spark_run() { "$@" 2>>$spark/spark.log || { cat $spark/spark.log >&2; return 1; }; }
+echo
+echo "== gate spark-load demo --out $spark/increments   (Spark's log: $spark/spark.log)"
+spark_run $gate spark-load demo --out $spark/increments
+echo "== gate spark-materialise demo --increments $spark/increments --out $spark/tables"
+spark_run $gate spark-materialise demo --increments $spark/increments --out $spark/tables
+grep '^skipped' $spark/spark.log || true
+
+# The table: the workload's first table (t0, t1, t2; DDL may have renamed them) that has rows.
+src_sql() { mariadb --default-character-set=utf8mb4 -h 127.0.0.1 -P 33061 -u root "$@"; }
+table=""
+for t in t0 t1 t2 $(ls $spark/tables/shop); do
+    if [ -d "$spark/tables/shop/$t" ] && [ "$(src_sql -N -e "SELECT COUNT(*) > 0 FROM shop.\`$t\`")" = 1 ]; then
+        table=$t
+        break
+    fi
+done
+[ -n "$table" ] || { echo "no materialised table of shop has rows on the source" >&2; exit 1; }
+# Every column as text (binary ones in base64, as gate writes them), cut to 23 characters; by primary key.
+as_text="IF(data_type LIKE '%binary' OR data_type LIKE '%blob', CONCAT('TO_BASE64(\`', column_name, '\`)'),
+                CONCAT('CAST(\`', column_name, '\` AS CHAR)'))"
+columns=$(src_sql -N -e "SELECT GROUP_CONCAT(CONCAT('LEFT(', $as_text, ', 23) AS \`', column_name, '\`')
+                                              ORDER BY ordinal_position)
+                         FROM information_schema.columns WHERE table_schema = 'shop' AND table_name = '$table'")
+pk=$(src_sql -N -e "SELECT GROUP_CONCAT(CONCAT('\`$table\`.\`', column_name, '\`') ORDER BY seq_in_index)
+                    FROM information_schema.statistics
+                    WHERE table_schema = 'shop' AND table_name = '$table' AND index_name = 'PRIMARY'")
+echo
+echo "== shop.$table on the source (first 8 rows by primary key; values as text, cut to 23 characters)"
+src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
+echo "== shop.$table materialised in $spark/tables/shop/$table (Parquet), the same rows"
+DEMO_SPARK=$spark DEMO_TABLE=$table spark_run .venv/bin/python - <<'PY'
+import os
+import unicodedata
+
+import pymysql
+
+from spark_readers.session import spark_session
+
+spark_dir, table = os.environ["DEMO_SPARK"], os.environ["DEMO_TABLE"]
+source = pymysql.connect(host="127.0.0.1", port=33061, user="root", database="shop", charset="utf8mb4")
+with source.cursor() as cur:
+    cur.execute("SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'shop' AND table_name = %s ORDER BY ordinal_position", (table,))
+    types = dict(cur.fetchall())
+    cur.execute("SELECT column_name FROM information_schema.statistics WHERE table_schema = 'shop' "
+                "AND table_name = %s AND index_name = 'PRIMARY' ORDER BY seq_in_index", (table,))
+    pk = [row[0] for row in cur.fetchall()]
+    # Source values as the text gate writes: CAST(... AS CHAR), binary columns in base64.
+    cur.execute("SELECT " + ", ".join(
+        f"REPLACE(TO_BASE64(`{c}`), '\\n', '')" if "binary" in t or "blob" in t else f"CAST(`{c}` AS CHAR)"
+        for c, t in types.items()) + f" FROM `{table}`")
+    source_rows = [tuple(row) for row in cur.fetchall()]
+columns = list(types)
+
+spark = spark_session("local[2]")
+spark.sparkContext.setLogLevel("ERROR")
+image = spark.read.parquet(f"{spark_dir}/tables/shop/{table}")
+same_columns = sorted(c.lower() for c in image.columns) == sorted(c.lower() for c in columns)
+image_rows = [tuple(row) for row in image.select(*columns).collect()] if same_columns else []
+spark.stop()
+
+numeric = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}
+keys = [(columns.index(c), types[c] in numeric) for c in pk]
+def by_key(row):
+    return tuple(float(row[i]) if is_number else row[i] for i, is_number in keys)
+source_rows.sort(key=by_key)
+image_rows.sort(key=by_key)
+
+# An aligned table like the mariadb client's, values cut to 23 characters.
+def cells(text):
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+shown = [[("NULL" if v is None else v[:23]) for v in row] for row in image_rows[:8]]
+widths = [max([4, cells(c)] + [cells(row[i]) for row in shown]) for i, c in enumerate(columns)]
+rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+def line(values):
+    return "| " + " | ".join(v + " " * (w - cells(v)) for v, w in zip(values, widths)) + " |"
+print("\n".join([rule, line(columns), rule, *map(line, shown), rule]))
+
+if not same_columns:
+    print(f"columns differ: source {columns}, materialised {image.columns}")
+for row in sorted(set(source_rows) ^ set(image_rows), key=by_key)[:3]:
+    print(("only in the source: " if row in source_rows else "only materialised: ")
+          + repr(tuple(v if v is None else v[:23] for v in row)))
+print(f"shop.{table}: source rows: {len(source_rows)}, materialised rows: {len(image_rows)}, identical: "
+      f"{'yes' if same_columns and source_rows == image_rows else 'no'} "
+      f"(all rows, all columns compared as text: {', '.join(columns)})")
+PY
 cat <<'NEXT'
 
 Try next:
