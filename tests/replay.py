@@ -108,7 +108,7 @@ def wait_caught_up(source: MariaDBServer, dc: MariaDBServer, channel: str, timeo
         while True:
             cur.execute("SELECT r.log_file, r.log_pos, c.id, c.tid FROM gate_resume r, transfer_checkpoint c")
             rfile, rpos, cid, ctid = cur.fetchone()
-            if (rfile, rpos) >= (file, pos):
+            if rfile is not None and (rfile, rpos) >= (file, pos):
                 return cid, ctid
             if time.monotonic() > deadline:
                 raise AssertionError(f"channel {channel} at {rfile}:{rpos}, source at {file}:{pos} after {timeout} s")
