@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 
 import pytest
 from click.testing import Result
 
+from gate.config import Secret, ServerConfig
+from gate.dc import ChannelSettings, connect, create_channel
+from gate.errors import GateError
+from gate.pipeline import Pipeline
+from gate.reader import current_position
 from gate.sandbox import Sandbox
 from gate.workload import RandomWorkload
-from tests.replay import dc_rows, fresh_target, make_channel, replay, running, table_contents, wait_caught_up
+from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, table_contents,
+                          wait_caught_up)
 
 Gate = Callable[..., Result]
 
@@ -162,3 +169,35 @@ def test_start_from_a_gtid_position(sandbox: Sandbox, unique_name: str, gate: Ga
     assert [json.loads(r[7]) for r in rows[1:3]] == [{"NEW": [{"id": "0"}, {"v": "v0"}]},
                                                      {"NEW": [{"id": "1"}, {"v": "v1"}]}]
     assert rows == dc_rows(sandbox.dc, by_file)
+
+
+def test_no_password_in_what_gate_run_logs_or_says(sandbox: Sandbox, unique_name: str,
+                                                   caplog: pytest.LogCaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    password, wrong = "Pw-4-gate-only-9x", "Not-the-pw-7q"
+    db, user = f"src_{unique_name}", f"u_{unique_name}"[:32]
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'")
+        cur.execute(f"GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO '{user}'@'127.0.0.1'")
+    source = ServerConfig("127.0.0.1", sandbox.source.port, user, Secret("${GATE_TEST_SOURCE_PW}"))
+    dc = server_config(sandbox.dc)
+    with connect(dc, "DC") as conn:
+        create_channel(conn, ChannelSettings(unique_name, source, server_id=4243, allow=(f"{db}.*",)))
+        start = current_position(server_config(sandbox.source))
+        with conn.cursor() as cur:
+            cur.execute(f"UPDATE `{unique_name}`.gate_resume SET log_file=%s, log_pos=%s, instance_name=%s",
+                        (start.log_file, start.log_pos, sandbox.source.address))
+    monkeypatch.setenv("GATE_TEST_SOURCE_PW", password)
+    caplog.set_level(logging.DEBUG)
+    with sandbox.source.connect() as conn, conn.cursor() as cur, running(dc, unique_name):
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+        cur.execute(f"INSERT INTO {db}.t VALUES (1)")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert [r[6] for r in dc_rows(sandbox.dc, unique_name)] == ["CREATETABLE", "INSERT"]
+    monkeypatch.setenv("GATE_TEST_SOURCE_PW", wrong)
+    with pytest.raises(GateError) as err:
+        Pipeline(dc, unique_name, preflight=True).run()
+    assert f"'{user}'" in str(err.value) and sandbox.source.address in str(err.value)
+    said = caplog.text + str(err.value)
+    assert "channel" in caplog.text and password not in said and wrong not in said
