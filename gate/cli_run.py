@@ -36,7 +36,9 @@ def run(app: App, channel: str, no_check: bool) -> None:
     change and DDL into transfer_data and moves transfer_checkpoint forward at transaction
     boundaries, at least every checkpoint_interval_ms while data flows. It resumes exactly where the
     checkpoint stands: rows above it, left by a crash, are removed first. SIGTERM or Ctrl-C drains
-    the writers, stores the checkpoint and exits 0. Logs go to stdout, one line per event.
+    the writers, stores the checkpoint and exits 0 (waiting for the DC server if it is down); a
+    second one stops at once with exit status 1, and the next run rewrites what was in flight.
+    Logs go to stdout, one line per event.
 
     First the preflight checks the source and the standby (which must replicate from the source);
     with a standby, a server that cannot be reached is only a warning. While it runs, gate samples

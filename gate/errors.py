@@ -65,3 +65,7 @@ class StreamLost(GateError):
 
 class FailoverError(GateError):
     """The switch to the standby could not be made exactly."""
+
+
+class DrainAbandoned(GateError):
+    """A second stop signal ended gate before its writers drained; a restart rewrites what was in flight."""

@@ -21,7 +21,7 @@ import pymysql
 from gate.checkpoint import Checkpointer
 from gate.config import ServerConfig
 from gate.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
-from gate.errors import ConnectionFailed, GateError
+from gate.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
 from gate.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
                          current_position)
@@ -73,10 +73,16 @@ class Pipeline:
         self.preflight = preflight
         self.stats = RunStats()
         self._stopping = threading.Event()
+        self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
 
     def stop(self) -> None:
+        """The first call drains the writers and stores the checkpoint (waiting for the DC if it is
+        down); a second one gives up waiting."""
+        if self._stopping.is_set() and not self._abandon.is_set():
+            self._abandon.set()
+            log.warning("second stop signal: not waiting for the writers and the DC any more")
         self._stopping.set()
         if self._reader is not None:
             self._reader.stop()
@@ -212,7 +218,7 @@ class Pipeline:
                                     marker_pending=marker is not None)
         sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds)
                    if settings.standby else None)
-        pool = WriterPool(self.dc, self.channel, defaults.writers)
+        pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon)
         log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d writers%s",
                  self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.writers,
                  f", standby {settings.standby.address}" if settings.standby else "")
@@ -302,16 +308,21 @@ class Pipeline:
         """Wait for the writers (when stopping cleanly), store the last checkpoint, close everything."""
         try:
             if drain:
-                while pool.in_flight:
+                while pool.in_flight and not self._abandon.is_set():
                     checkpointer.committed(pool.acks(timeout=0.5))
-                while not self._checkpoint(checkpointer):
+                while not self._checkpoint(checkpointer) and not self._abandon.is_set():
                     time.sleep(0.5)
             else:
                 self._checkpoint(checkpointer)
         finally:
-            pool.close(graceful=drain)
+            pool.close(graceful=drain and not self._abandon.is_set())
             if self._ctl is not None:
                 self._ctl.close()
         state = checkpointer.state
+        if self._abandon.is_set():
+            raise DrainAbandoned(
+                f"Channel {self.channel} stopped at the second signal without draining its writers. The "
+                f"checkpoint stored in the DC is at most id={state.id} tid={state.tid}; the next 'gate run "
+                f"{self.channel}' removes the rows above it and reads them again, so nothing is lost.")
         log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s:%s",
                  self.channel, state.id, state.tid, state.log_file, state.log_pos)

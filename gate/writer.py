@@ -13,6 +13,7 @@ import logging
 import multiprocessing as mp
 import queue
 import signal
+import threading
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ import pymysql
 
 from gate.config import ServerConfig
 from gate.dc import connect, q
-from gate.errors import ConnectionFailed, GateError
+from gate.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.sequencer import DCRow
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,10 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
 class WriterPool:
     """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed."""
 
-    def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4) -> None:
+    def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
+                 cancel: threading.Event | None = None) -> None:
         q(database)  # validated identifier
+        self._cancel = cancel  # once set, submit stops waiting for room in the queue
         self._inbox = _CTX.Queue(maxsize=max(2, depth * processes))
         self._outbox = _CTX.Queue()
         self._procs = [
@@ -128,6 +131,8 @@ class WriterPool:
                 break
             except queue.Full:
                 self._check_alive()
+                if self._cancel is not None and self._cancel.is_set():
+                    raise DrainAbandoned(f"chunk {seq} not handed to a writer: stopping without draining")
         self.in_flight += 1
 
     def acks(self, timeout: float = 0.0) -> list[int]:
@@ -159,6 +164,8 @@ class WriterPool:
         if graceful:
             for _ in self._procs:
                 self._inbox.put(None)
+        else:  # chunks no writer will take must not hold up gate's exit (the queue's feeder thread)
+            self._inbox.cancel_join_thread()
         for proc in self._procs:
             proc.join(timeout=10 if graceful else 0)
             if proc.is_alive():

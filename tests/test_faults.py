@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,8 @@ from gate.errors import PositionPurged
 from gate.pipeline import Pipeline
 from gate.sandbox import MariaDBServer, Sandbox
 from gate.workload import RandomWorkload
-from tests.replay import dc_rows, fresh_target, make_channel, replay, running, table_contents, wait_caught_up
+from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, start_gate,
+                          table_contents, wait_caught_up, wait_running)
 
 
 def _bounce(server: MariaDBServer, kill: bool) -> None:
@@ -94,3 +98,41 @@ def test_purged_resume_position_is_refused_with_the_oldest_binlog_named(make_san
         assert cur.fetchone()[0] == 0
         cur.execute("SELECT log_file, log_pos FROM gate_resume")
         assert cur.fetchone() == (file, pos)
+
+
+def test_second_signal_stops_without_draining_while_the_dc_is_down(
+        make_sandbox: Callable[..., Sandbox], tmp_path: Path) -> None:
+    """SIGTERM drains, and so waits for a DC that is down; a second SIGTERM ends gate at once (exit 1,
+    the checkpoint named). The restart removes and rewrites what was in flight: the result is exact."""
+    box = make_sandbox()
+    make_channel(box.dc, box.source, "drain", defaults=ChannelDefaults(batch_rows=50, writers=2))
+    make_channel(box.dc, box.source, "reference")
+    gate = start_gate(tmp_path, box.dc, "drain")
+    wait_running(box.dc, "drain", gate)
+    with box.source.connect() as conn:
+        work = RandomWorkload(conn, "shop", seed=3, ddl_every=20)
+        work.setup()
+        work.run(100)
+        wait_caught_up(box.source, box.dc, "drain")
+        box.dc.kill()
+        work.run(200)  # read by gate while its writers cannot reach the DC
+    time.sleep(1.0)
+    gate.send_signal(signal.SIGTERM)
+    time.sleep(3.0)
+    assert gate.poll() is None, "gate stopped without draining after one SIGTERM"
+    gate.send_signal(signal.SIGTERM)
+    assert gate.wait(timeout=20) == 1
+    log = (tmp_path / "drain.log").read_text()
+    assert "second stop signal" in log
+    assert re.search(r"error: Channel drain stopped at the second signal without draining its writers\. The "
+                     r"checkpoint stored in the DC is at most id=\d+ tid=\d+", log)
+    box.dc.start()
+    gate = start_gate(tmp_path, box.dc, "drain")
+    wait_running(box.dc, "drain", gate)
+    wait_caught_up(box.source, box.dc, "drain")
+    gate.send_signal(signal.SIGTERM)
+    assert gate.wait(timeout=30) == 0
+    with running(server_config(box.dc), "reference"):
+        wait_caught_up(box.source, box.dc, "reference")
+    rows = dc_rows(box.dc, "drain")
+    assert rows == dc_rows(box.dc, "reference") and [r[0] for r in rows] == list(range(1, len(rows) + 1))
