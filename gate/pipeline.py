@@ -21,6 +21,7 @@ import pymysql
 from gate.checkpoint import Checkpointer
 from gate.config import ServerConfig
 from gate.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
+from gate.ddl import ColumnDescriber
 from gate.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
 from gate.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
@@ -46,19 +47,35 @@ class RunStats:
     started: float = 0.0
 
 
-def describe_columns(server: ServerConfig):  # type: ignore[no-untyped-def]
-    """CREATE TABLE ... LIKE: the copied table's columns, read from the source when the DDL passes."""
+def describe_columns(server: ServerConfig, retry_for: float, stopping: threading.Event) -> ColumnDescriber:
+    """CREATE TABLE ... LIKE (and ... SELECT without a column list): the table's columns, read from the
+    source's information_schema when gate reads the statement. The source unreachable is handled as
+    the reader handles it: retried with backoff for ``retry_for`` seconds, then :class:`SourceDown`."""
 
     def describe(db: str, table: str) -> list[dict[str, str]]:
-        with connect(server, "source") as conn, conn.cursor() as cur:
-            cur.execute(
-                "SELECT column_name, is_nullable, column_key, column_type FROM information_schema.columns "
-                "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", (db, table))
-            return [
-                {"field_name": name, "nullable": "Yes" if nullable == "YES" else "No",
-                 "primary_key": "Yes" if key == "PRI" else "No", "data_type": ctype}
-                for name, nullable, key, ctype in cur.fetchall()
-            ]
+        failing_since: float | None = None
+        while True:
+            try:
+                with connect(server, "source", connect_timeout=3) as conn, conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT column_name, is_nullable, column_key, column_type FROM information_schema.columns "
+                        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", (db, table))
+                    return [
+                        {"field_name": name, "nullable": "Yes" if nullable == "YES" else "No",
+                         "primary_key": "Yes" if key == "PRI" else "No", "data_type": ctype}
+                        for name, nullable, key, ctype in cur.fetchall()
+                    ]
+            except (ConnectionFailed, pymysql.err.OperationalError) as exc:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since >= retry_for or stopping.is_set():
+                    raise SourceDown(
+                        f"The source {server.address} has been unreachable for {now - failing_since:.0f} s while "
+                        f"gate read the columns of {db}.{table} for a CREATE TABLE statement ({exc})."
+                    ) from exc
+                log.warning("source %s unreachable while reading the columns of %s.%s (%s); retrying",
+                            server.address, db, table, exc)
+                time.sleep(min(2.0, 0.1 * 2 ** min(5, int(now - failing_since))))
 
     return describe
 
@@ -202,7 +219,8 @@ class Pipeline:
         self._reader = reader = BinlogReader(
             source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos), retry_for=retry_for)
         translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
-                                TableFilter(settings.allow, settings.deny), describe_columns(source))
+                                TableFilter(settings.allow, settings.deny),
+                                describe_columns(source, retry_for, self._stopping))
         marker = read_marker(self._ctl_conn(), self.channel)
         items: Iterator[Item] = iter(reader)
         if marker is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -12,9 +14,9 @@ from click.testing import Result
 from gate.config import Secret, ServerConfig
 from gate.dc import ChannelSettings, connect, create_channel
 from gate.errors import GateError
-from gate.pipeline import Pipeline
-from gate.reader import current_position
-from gate.sandbox import Sandbox
+from gate.pipeline import Pipeline, describe_columns
+from gate.reader import SourceDown, current_position
+from gate.sandbox import Sandbox, free_port
 from gate.workload import RandomWorkload
 from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, table_contents,
                           wait_caught_up)
@@ -201,3 +203,20 @@ def test_no_password_in_what_gate_run_logs_or_says(sandbox: Sandbox, unique_name
     assert f"'{user}'" in str(err.value) and sandbox.source.address in str(err.value)
     said = caplog.text + str(err.value)
     assert "channel" in caplog.text and password not in said and wrong not in said
+
+
+def test_columns_for_create_like_come_from_the_source_and_an_outage_is_a_source_down(sandbox: Sandbox,
+                                                                                     unique_name: str) -> None:
+    db = f"src_{unique_name}"
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.s (id INT UNSIGNED PRIMARY KEY, v VARCHAR(5) NULL)")
+    describe = describe_columns(server_config(sandbox.source), 0.5, threading.Event())
+    assert describe(db, "s") == [
+        {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "int(10) unsigned"},
+        {"field_name": "v", "nullable": "Yes", "primary_key": "No", "data_type": "varchar(5)"}]
+    nowhere = ServerConfig("127.0.0.1", free_port(), "root", Secret(""))
+    started = time.monotonic()
+    with pytest.raises(SourceDown, match=rf"unreachable for \d+ s while gate read the columns of {db}\.s "):
+        describe_columns(nowhere, 0.5, threading.Event())(db, "s")
+    assert 0.5 <= time.monotonic() - started < 10
