@@ -666,7 +666,8 @@ def check_source(app: App, address: str, user: str | None, password: str | None,
 # --- running and reading a channel (gate/cli_run.py, gate/cli_consume.py) --------------------
 
 from gate.cli_consume import spark_load, spark_materialise, tail  # noqa: E402  (they use App via pass_obj)
-from gate.cli_run import run, status  # noqa: E402
+from gate.cli_run import run  # noqa: E402
+from gate.cli_run import status as status_command  # noqa: E402  (gate.cli has a sandbox 'status' too)
 
-for _command in (run, status, tail, spark_load, spark_materialise):
+for _command in (run, status_command, tail, spark_load, spark_materialise):
     main.add_command(_command)

@@ -8,7 +8,6 @@ never for production data.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ import psutil
 import pymysql
 
 from gate.errors import SandboxError
+from gate.process import die_with_parent
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"
@@ -43,12 +43,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: the server gets SIGKILL when the process that started it dies (tests only)."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -146,7 +140,7 @@ class MariaDBServer:
         ]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if self.tied_to_parent else None,
+            preexec_fn=die_with_parent if self.tied_to_parent else None,
             start_new_session=not self.tied_to_parent,
         )
         deadline = time.monotonic() + timeout

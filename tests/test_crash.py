@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from gate.config import ChannelDefaults
 from gate.sandbox import MariaDBServer, Sandbox

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import psutil
 import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
