@@ -111,6 +111,8 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
     check_timezone(defaults.timezone)
     if defaults.writers < 1:
         raise InvalidValue(f"--writers must be 1 or more, not {defaults.writers}.")
+    if defaults.decoders < 1:
+        raise InvalidValue(f"channel_defaults.decoders must be 1 or more, not {defaults.decoders}.")
     server_id = default_server_id(name) if server_id is None else server_id
     if not 0 < server_id <= MAX_SERVER_ID:
         raise InvalidValue(f"--server-id must be between 1 and {MAX_SERVER_ID}, not {server_id}.")

@@ -116,6 +116,7 @@ class ChannelDefaults:
     timezone: str = "UTC"
     binary_format: Literal["base64", "hex"] = "base64"
     writers: int = 2
+    decoders: int = 2
     batch_rows: int = 1000
     checkpoint_interval_ms: int = 100
     standby_sample_seconds: float = 5.0

@@ -12,8 +12,10 @@ import logging
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pymysql
@@ -22,6 +24,7 @@ from gate.checkpoint import Checkpointer
 from gate.config import ServerConfig
 from gate.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
 from gate.ddl import ColumnDescriber
+from gate.decoder import DecoderPool, Job, StreamFormat
 from gate.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
 from gate.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
@@ -32,7 +35,8 @@ from gate.writer import WriterPool
 
 log = logging.getLogger(__name__)
 
-FLUSH_AFTER = 0.02  # seconds a chunk may wait for more rows once a transaction has ended
+FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
+JOB_BYTES = 256 * 1024  # raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
 
 
@@ -237,6 +241,7 @@ class Pipeline:
         sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds)
                    if settings.standby else None)
         pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon)
+        decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
         log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d writers%s",
                  self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.writers,
                  f", standby {settings.standby.address}" if settings.standby else "")
@@ -245,7 +250,7 @@ class Pipeline:
         self.stats.started = time.monotonic()
         clean = False
         try:
-            self._loop(items, reader.server.address, translator, sequencer, checkpointer, pool, defaults.batch_rows)
+            self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows)
             clean = True
         except SourceDown:
             clean = True  # what the writers have is good: drain it and checkpoint before the switch
@@ -253,16 +258,30 @@ class Pipeline:
         finally:
             if sampler is not None:
                 sampler.stop()
+            decoders.close()
             self._finish(checkpointer, pool, drain=clean)
 
-    def _loop(self, items: Iterator[Item], instance: str, translator: Translator, sequencer: Sequencer,
-              checkpointer: Checkpointer, pool: WriterPool, batch_rows: int) -> None:
+    def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
+              checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int) -> None:
+        """Read items; row events go to the decoders in jobs, everything else waits in ``ops``, in binlog
+        order, until the rows before it are decoded. Applying ``ops`` in order numbers the rows, fills the
+        writers' chunks and marks transaction boundaries for the checkpointer, as if decoded here."""
+        instance = reader.server.address
+        ops: deque[tuple[Any, ...]] = deque()  # ("rows", job, index, timestamp) | ("begin",) | ("commit", Commit)
+        job: Job | None = None  # | ("statement", change, timestamp)
+        jobs = 0
         rows: list[DCRow] = []
         boundary: ResumeState | None = None
         chunk_no = 0
         chunk_since = time.monotonic()
         next_progress = chunk_since + PROGRESS_EVERY
         logged = checkpointer.state
+
+        def send() -> None:
+            nonlocal job
+            if job is not None:
+                decoders.submit(job)
+                job = None
 
         def flush() -> None:
             nonlocal rows, boundary, chunk_no
@@ -275,31 +294,67 @@ class Pipeline:
             self.stats.rows += len(rows)
             rows, boundary = [], None
 
+        def apply(wait: bool) -> None:
+            """Apply ``ops`` from the front while their rows are decoded; with ``wait``, all of them."""
+            nonlocal boundary, chunk_since
+            decoders.collect()
+            while ops:
+                op = ops[0]
+                kind = op[0]
+                if kind == "rows":
+                    decoded = op[1].result
+                    if decoded is None:
+                        if not wait:
+                            return
+                        if op[1] is job:
+                            send()
+                        decoders.collect(timeout=0.5)
+                        continue
+                    if not rows:
+                        chunk_since = time.monotonic()
+                    rows.extend(sequencer.number(decoded[op[2]], op[3]))
+                    if len(rows) >= batch_rows:
+                        flush()
+                elif kind == "begin":
+                    sequencer.begin()
+                elif kind == "commit":
+                    pos = op[1].position
+                    boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
+                                           instance, op[1].timestamp)
+                    if time.monotonic() - chunk_since >= FLUSH_AFTER:
+                        flush()
+                        chunk_since = time.monotonic()
+                else:  # statement
+                    rows.extend(sequencer.number([op[1]], op[2]))
+                ops.popleft()
+
         for item in items:
             kind = type(item)
             if kind is Rows:
                 event = item.event
-                if not rows:
-                    chunk_since = time.monotonic()
-                rows.extend(sequencer.number(translator.rows(item), event.timestamp))
-                if len(rows) >= batch_rows:
-                    flush()
+                if translator.filter.passes(event.schema, event.table):
+                    if job is None:
+                        jobs += 1
+                        job = Job(jobs, StreamFormat.of(reader.stream))
+                    ops.append(("rows", job, job.add(item), event.timestamp))
+                    if job.nbytes >= JOB_BYTES:
+                        send()
             elif kind is Begin:
-                sequencer.begin()
+                ops.append(("begin",))
             elif kind is Commit:
                 self.stats.transactions += 1
-                pos = item.position
-                boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
-                                       instance, item.timestamp)
-                if time.monotonic() - chunk_since >= FLUSH_AFTER:
-                    flush()
-                    chunk_since = time.monotonic()
+                ops.append(("commit", item))
+                if job is not None and time.monotonic() - job.started >= FLUSH_AFTER:
+                    send()
             elif kind is Statement:
                 change = translator.statement(item)
                 if change is not None:
-                    rows.extend(sequencer.number([change], item.timestamp))
-            elif kind is Idle:
+                    ops.append(("statement", change, item.timestamp))
+            if kind is Idle:
+                apply(wait=True)
                 flush()
+            else:
+                apply(wait=False)
             if pool.in_flight:
                 checkpointer.committed(pool.acks())
             if checkpointer.due():
@@ -313,6 +368,7 @@ class Pipeline:
                 log.info("checkpoint id=%d tid=%d at %s:%s; %d rows in %.0f s",
                          state.id, state.tid, state.log_file, state.log_pos, self.stats.rows,
                          now - self.stats.started)
+        apply(wait=True)
         flush()
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:

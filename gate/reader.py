@@ -195,6 +195,12 @@ class BinlogReader:
     def stop(self) -> None:
         self._stopped = True
 
+    @property
+    def stream(self) -> _OwnedStream:
+        """The library's stream now open (row events it yielded are rebuilt elsewhere by its format)."""
+        assert self._stream is not None, "no stream before iterating"
+        return self._stream
+
     def check_position(self) -> None:
         """Refuse to start from a binlog file the source no longer has (never a silent jump)."""
         if not self.boundary.log_file:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -262,13 +262,13 @@ def _role(proc: psutil.Process, main_pid: int) -> str:
     if proc.pid == main_pid:
         return "main"
     try:
-        cmd = " ".join(proc.cmdline())
+        name, cmd = proc.name(), " ".join(proc.cmdline())
     except psutil.Error:
         return "other"
+    if name in ("gate-writer", "gate-decoder"):  # gate.process.name_process
+        return name[5:]
     if "resource_tracker" in cmd:
         return "resource_tracker"
-    if "spawn_main" in cmd or "multiprocessing" in cmd:
-        return "writer"
     return "other"
 
 
@@ -309,7 +309,9 @@ class TreeMonitor(threading.Thread):
                 continue
             role = self._roles.get(proc.pid)
             if role is None:
-                role = self._roles[proc.pid] = _role(proc, self.pid)
+                role = _role(proc, self.pid)
+                if role != "other":  # a child names itself only once it runs: ask again until it has
+                    self._roles[proc.pid] = role
             tree += rss
             if proc.pid == self.pid:
                 self.sample.peak_main_rss = max(self.sample.peak_main_rss, rss)
@@ -690,13 +692,13 @@ def report(results: dict[str, Any]) -> str:
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
     text = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
     text.insert(1, "  ".join("-" * w for w in widths))
-    cpu_lines = ["", "CPU while gate ran (% of one core, over gate's run): main / writers / resource_tracker / "
+    cpu_lines = ["", "CPU while gate ran (% of one core, over gate's run): main / decoders / writers / resource_tracker / "
                  "mariadbd source / mariadbd DC / whole machine (all processes, of 200)"]
     for key in ("a", "b", "c"):
         r = results["workloads"].get(key)
         if r is not None:
             c = r["gate"]["cpu_percent"]
-            cpu_lines.append(f"  {key}: {c.get('main', 0):.0f} / {c.get('writer', 0):.0f} / "
+            cpu_lines.append(f"  {key}: {c.get('main', 0):.0f} / {c.get('decoder', 0):.0f} / {c.get('writer', 0):.0f} / "
                              f"{c.get('resource_tracker', 0):.0f} / {c.get('mariadbd_source', 0):.0f} / "
                              f"{c.get('mariadbd_dc', 0):.0f} / {r['gate']['machine_busy_percent']:.0f}"
                              f"   (baseline ran with the machine {r['baseline']['machine_busy_percent']:.0f}% busy; "
@@ -705,7 +707,8 @@ def report(results: dict[str, Any]) -> str:
                                 else ")"))
     if lag is not None:
         c = lag["cpu_percent"]
-        cpu_lines.append(f"  lag: {c.get('main', 0):.0f} / {c.get('writer', 0):.0f} / {c.get('resource_tracker', 0):.0f}"
+        cpu_lines.append(f"  lag: {c.get('main', 0):.0f} / {c.get('decoder', 0):.0f} / {c.get('writer', 0):.0f}"
+                         f" / {c.get('resource_tracker', 0):.0f}"
                          f" / {c.get('mariadbd_source', 0):.0f} / {c.get('mariadbd_dc', 0):.0f}"
                          f" / {lag['machine_busy_percent']:.0f}   (includes the load generator's process)")
     return "\n".join(text + cpu_lines)
@@ -722,6 +725,7 @@ def main() -> int:
     parser.add_argument("--only", default="a,b,c,lag", help="comma-separated subset of a,b,c,lag")
     parser.add_argument("--repeat", type=int, default=1, help="runs of baseline and gate per workload (median)")
     parser.add_argument("--writers", type=int, help="channel setting 'writers' (default: gate's default)")
+    parser.add_argument("--decoders", type=int, help="channel setting 'decoders' (default: gate's default)")
     parser.add_argument("--batch-rows", type=int, help="channel setting 'batch_rows' (default: gate's default)")
     parser.add_argument("--profile", choices=["a", "b", "c"], help="cProfile gate (main + writers) on this workload")
     parser.add_argument("--py-spy", choices=["a", "b", "c"], help="py-spy record gate on this workload")
@@ -738,7 +742,8 @@ def main() -> int:
             "c": args.big_rows or (100_000 if quick else 1_000_000)}
     lag_seconds = args.lag_seconds or (10.0 if quick else 20.0)
     only = set(args.only.split(","))
-    overrides = {k: v for k, v in (("writers", args.writers), ("batch_rows", args.batch_rows)) if v}
+    overrides = {k: v for k, v in (("writers", args.writers), ("decoders", args.decoders),
+                                   ("batch_rows", args.batch_rows)) if v}
     defaults = ChannelDefaults(**overrides)
 
     workdir = Path(tempfile.mkdtemp(prefix="gate-bench-"))
@@ -746,7 +751,8 @@ def main() -> int:
         "meta": {
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "quick": quick, "sizes": rows, "lag_seconds": lag_seconds,
-            "lag_rate": args.lag_rate, "writers": defaults.writers, "batch_rows": defaults.batch_rows,
+            "lag_rate": args.lag_rate, "writers": defaults.writers, "decoders": defaults.decoders,
+            "batch_rows": defaults.batch_rows,
             "checkpoint_interval_ms": defaults.checkpoint_interval_ms, "variant": args.variant,
             "loadavg_start": os.getloadavg(),
             "workdir": str(workdir),
@@ -754,7 +760,7 @@ def main() -> int:
         "workloads": {},
     }
     print(f"gate benchmark: sizes {rows}, lag {args.lag_rate} rows/s for {lag_seconds:.0f} s, "
-          f"writers={defaults.writers}, batch_rows={defaults.batch_rows}"
+          f"writers={defaults.writers}, decoders={defaults.decoders}, batch_rows={defaults.batch_rows}"
           + (f", variant {args.variant}" if args.variant else "") + f"; work folder {workdir}", flush=True)
     t_start = time.time()
     keep = args.keep or bool(args.profile) or bool(args.py_spy)

@@ -1,0 +1,176 @@
+"""Decoders: processes that decode row events and render them to contract rows, off the reader's core.
+
+python-mysql-replication decodes a row event's rows only when they are first asked for, and that
+decoding is most of the reader's cost. The reader's process never asks: it puts each captured row
+event's raw packet, with a pickled copy of its table map, into a :class:`Job`, and a decoder process
+rebuilds the event and translates it with the same :class:`~gate.translate.Translator` gate uses
+everywhere. Jobs come back in any order; the pipeline applies them in binlog order. So decoding runs
+on another core than reading and writing, which the GIL would otherwise serialise.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+from gate.errors import GateError
+from gate.process import die_with_parent, name_process
+from gate.reader import Rows
+from gate.translate import Change, TableFilter, Translator
+from gate.values import BinaryFormat, fix_library_charsets
+
+log = logging.getLogger(__name__)
+
+_CTX = mp.get_context("spawn")
+_ROW_EVENTS = frozenset({TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
+
+
+class DecoderFailed(GateError):
+    """A decoder process died or could not decode a row event."""
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """What the library needs to rebuild an event of this stream: taken from the reading stream."""
+
+    mysql_version: Any
+    use_checksum: bool
+    optional_meta_data: bool
+    post_header_lengths: Any
+    charset: str
+    dbms: str
+
+    @classmethod
+    def of(cls, stream: Any) -> StreamFormat:
+        return cls(stream.mysql_version, stream._BinLogStreamReader__use_checksum,
+                   stream._BinLogStreamReader__optional_meta_data, stream._BinLogStreamReader__post_header_lengths,
+                   stream._ctl_connection.charset, stream._ctl_connection._get_dbms())
+
+
+@dataclass
+class Job:
+    """Row events for one decoder, in binlog order: (optype, index into ``tables``, raw packet)."""
+
+    no: int
+    fmt: StreamFormat
+    events: list[tuple[str, int, bytes]] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)  # pymysqlreplication Table objects, pickled with the job
+    nbytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+    sent: bool = False
+    result: list[list[Change]] | None = None  # per event, once decoded
+
+    def add(self, item: Rows) -> int:
+        """Add a row event; returns its index in the job."""
+        event = item.event
+        table = event.table_map[event.table_id]
+        try:
+            key = next(k for k, known in enumerate(self.tables) if known is table)
+        except StopIteration:
+            key = len(self.tables)
+            self.tables.append(table)
+        raw = event.packet.packet._data
+        self.events.append((item.optype, key, raw))
+        self.nbytes += len(raw)
+        return len(self.events) - 1
+
+
+class _Ctl:
+    """The little of the library's control connection that building a row event asks for."""
+
+    def __init__(self, fmt: StreamFormat) -> None:
+        self.charset, self._dbms = fmt.charset, fmt.dbms
+
+    def _get_dbms(self) -> str:
+        return self._dbms
+
+
+def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any]],
+            translator: Translator) -> list[list[Change]]:
+    _no, fmt, events, tables = job
+    ctl = _Ctl(fmt)
+    out: list[list[Change]] = []
+    for optype, key, raw in events:
+        table = tables[key]
+        wrapper = BinLogPacketWrapper(
+            MysqlPacket(raw, None), {table.table_id: table}, ctl, fmt.mysql_version, fmt.use_checksum,
+            _ROW_EVENTS, None, None, None, None, False, False, False, fmt.optional_meta_data, False, False,
+            fmt.post_header_lengths)
+        out.append(list(translator.rows(Rows(optype, wrapper.event))))
+    return out
+
+
+def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox: Any) -> None:
+    die_with_parent()
+    name_process("gate-decoder")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when decoders stop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    fix_library_charsets()
+    translator = Translator(ZoneInfo(timezone), binary_format, TableFilter())  # the reader's process filtered
+    while (job := inbox.get()) is not None:
+        try:
+            outbox.put((job[0], _decode(job, translator), None))
+        except Exception as exc:  # reported to the main process, which stops with it
+            outbox.put((job[0], None, f"{type(exc).__name__}: {exc}"))
+
+
+class DecoderPool:
+    """N decoder processes sharing one inbox; :meth:`collect` fills in the results of finished jobs."""
+
+    def __init__(self, timezone: str, binary_format: BinaryFormat, processes: int, depth: int = 2) -> None:
+        self._inbox = _CTX.Queue(maxsize=max(2, depth * processes))
+        self._outbox = _CTX.Queue()
+        self._procs = [_CTX.Process(target=_decoder_main, args=(timezone, binary_format, self._inbox, self._outbox),
+                                    name=f"gate-decoder-{n}", daemon=True) for n in range(processes)]
+        for proc in self._procs:
+            proc.start()
+        self._waiting: dict[int, Job] = {}
+
+    def submit(self, job: Job) -> None:
+        """Blocks while the decoders are all busy and the queue is full: backpressure on the reader."""
+        message = (job.no, job.fmt, job.events, job.tables)
+        while True:
+            try:
+                self._inbox.put(message, timeout=1.0)
+                break
+            except queue.Full:
+                self._check_alive()
+        job.sent = True
+        self._waiting[job.no] = job
+
+    def collect(self, timeout: float = 0.0) -> None:
+        """Store the results that have arrived; with ``timeout``, wait that long for the first one."""
+        try:
+            item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
+            while True:
+                no, result, error = item
+                job = self._waiting.pop(no)
+                if error is not None:
+                    raise DecoderFailed(f"A decoder could not decode a row event of job {no}: {error}")
+                job.result = result
+                item = self._outbox.get_nowait()
+        except queue.Empty:
+            if timeout:
+                self._check_alive()
+
+    def _check_alive(self) -> None:
+        dead = [p.name for p in self._procs if not p.is_alive()]
+        if dead:
+            raise DecoderFailed(f"decoder process(es) {', '.join(dead)} died; see the log above.")
+
+    def close(self) -> None:
+        """Stop the decoders; results not taken are dropped (the rows they hold are read again on restart)."""
+        self._inbox.cancel_join_thread()
+        for proc in self._procs:
+            proc.kill()
+            proc.join()
