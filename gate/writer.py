@@ -108,6 +108,10 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when writers stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn: pymysql.Connection | None = None
+    try:  # connect now, not when the first chunk is already waiting
+        conn = _dc_session(server, database)
+    except (pymysql.err.Error, ConnectionFailed, OSError):
+        pass  # the first chunk retries
     while True:
         job = inbox.get()
         if job is None:
