@@ -169,8 +169,16 @@ class DecoderPool:
             raise DecoderFailed(f"decoder process(es) {', '.join(dead)} died; see the log above.")
 
     def close(self) -> None:
-        """Stop the decoders; results not taken are dropped (the rows they hold are read again on restart)."""
+        """Stop the decoders (a second for them to leave, then SIGKILL); results not taken are dropped:
+        a restart reads their rows again."""
         self._inbox.cancel_join_thread()
+        for _ in self._procs:
+            try:
+                self._inbox.put_nowait(None)
+            except queue.Full:
+                break
         for proc in self._procs:
-            proc.kill()
-            proc.join()
+            proc.join(timeout=1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()

@@ -382,7 +382,7 @@ def new_channel(dc: MariaDBServer, source: MariaDBServer, name: str, start: Posi
 
 
 def dc_checksum(dc: MariaDBServer, name: str) -> str:
-    """A fingerprint of transfer_data, to tell that two runs (or variants) wrote the same rows."""
+    """A fingerprint of transfer_data, to tell that two runs wrote the same rows."""
     with dc.connect(name) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("SELECT COUNT(*), SUM(CRC32(CONCAT_WS('|', id, tid, dbname, tablename, create_time, "
@@ -400,7 +400,7 @@ class GateProcess:
     """scripts/bench/gate_runner.py for one channel, with its tree monitored."""
 
     def __init__(self, dc: MariaDBServer, channel: str, workdir: Path, profile_dir: Path | None = None,
-                 py_spy: Path | None = None, variant: str = "") -> None:
+                 py_spy: Path | None = None) -> None:
         self.stamp = workdir / f"{channel}.stamp"
         self.log = workdir / f"{channel}.log"
         cmd = [sys.executable, str(RUNNER), "--dc-port", str(dc.port), "--channel", channel,
@@ -414,9 +414,7 @@ class GateProcess:
                    "--"] + cmd
         self.launched = time.time()
         self._log_file = open(self.log, "w")
-        env = {**os.environ, "GATE_BENCH_VARIANT": variant}
-        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, cwd=BENCH_DIR.parents[1],
-                                     env=env)
+        self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, cwd=BENCH_DIR.parents[1])
         gate_pid = self.proc.pid
         if py_spy is not None:  # the runner is py-spy's child
             deadline = time.time() + 10
@@ -460,13 +458,13 @@ class GateProcess:
 
 def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: int, workdir: Path,
              defaults: ChannelDefaults, allow: tuple[str, ...], timeout: float,
-             profile_dir: Path | None = None, py_spy: Path | None = None, variant: str = "") -> dict[str, Any]:
+             profile_dir: Path | None = None, py_spy: Path | None = None) -> dict[str, Any]:
     """gate over [start, end): rows/s from Pipeline.run() to the checkpoint reaching ``end``."""
     new_channel(box.dc, box.source, channel, start, defaults, allow)
     poller = CheckpointPoller(box.dc, channel, end)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
-    gate = GateProcess(box.dc, channel, workdir, profile_dir, py_spy, variant)
+    gate = GateProcess(box.dc, channel, workdir, profile_dir, py_spy)
     try:
         poller.start()
         t_run = gate.started_at()
@@ -522,7 +520,7 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def run_lag(box: Sandbox, workdir: Path, seconds: float, rate: int, rows_per_txn: int,
-            defaults: ChannelDefaults, variant: str = "") -> dict[str, Any]:
+            defaults: ChannelDefaults) -> dict[str, Any]:
     channel = "bench_lag_ch"
     with box.source.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE bench_lag")
@@ -532,7 +530,7 @@ def run_lag(box: Sandbox, workdir: Path, seconds: float, rate: int, rows_per_txn
     poller = CheckpointPoller(box.dc, channel)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
-    gate = GateProcess(box.dc, channel, workdir, variant=variant)
+    gate = GateProcess(box.dc, channel, workdir)
     out = workdir / "lag_commits.json"
     try:
         poller.start()
@@ -642,8 +640,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         if args.wait_quiet:
             wait_quiet(args.wait_quiet)
         result = run_gate(box, f"bench_{key}_ch{n}", start, end, changed, workdir, defaults, (f"{db}.*",),
-                          timeout=max(300.0, changed / 1000), profile_dir=profile_dir, py_spy=spy,
-                          variant=args.variant)
+                          timeout=max(300.0, changed / 1000), profile_dir=profile_dir, py_spy=spy)
         runs.append(result)
         print(f"[{key}] gate: {result['rows']} rows in {result['seconds']:.2f} s = {result['rows_per_s']:,.0f} rows/s"
               f" (steady {result['steady_rows_per_s'] or 0:,.0f}); peak RSS {result['peak_rss_mb']:.0f} MB tree, "
@@ -727,12 +724,10 @@ def main() -> int:
     parser.add_argument("--writers", type=int, help="channel setting 'writers' (default: gate's default)")
     parser.add_argument("--decoders", type=int, help="channel setting 'decoders' (default: gate's default)")
     parser.add_argument("--batch-rows", type=int, help="channel setting 'batch_rows' (default: gate's default)")
-    parser.add_argument("--profile", choices=["a", "b", "c"], help="cProfile gate (main + writers) on this workload")
+    parser.add_argument("--profile", choices=["a", "b", "c"], help="cProfile gate (main, decoders, writers) on this workload")
     parser.add_argument("--py-spy", choices=["a", "b", "c"], help="py-spy record gate on this workload")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before each measurement wait up to SECONDS for the machine to be nearly idle")
-    parser.add_argument("--variant", default="",
-                        help="prototype fast paths from scripts/bench/fastpaths.py, e.g. write=values,json=direct")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
@@ -753,7 +748,7 @@ def main() -> int:
             "python": platform.python_version(), "quick": quick, "sizes": rows, "lag_seconds": lag_seconds,
             "lag_rate": args.lag_rate, "writers": defaults.writers, "decoders": defaults.decoders,
             "batch_rows": defaults.batch_rows,
-            "checkpoint_interval_ms": defaults.checkpoint_interval_ms, "variant": args.variant,
+            "checkpoint_interval_ms": defaults.checkpoint_interval_ms,
             "loadavg_start": os.getloadavg(),
             "workdir": str(workdir),
         },
@@ -761,7 +756,7 @@ def main() -> int:
     }
     print(f"gate benchmark: sizes {rows}, lag {args.lag_rate} rows/s for {lag_seconds:.0f} s, "
           f"writers={defaults.writers}, decoders={defaults.decoders}, batch_rows={defaults.batch_rows}"
-          + (f", variant {args.variant}" if args.variant else "") + f"; work folder {workdir}", flush=True)
+          + f"; work folder {workdir}", flush=True)
     t_start = time.time()
     keep = args.keep or bool(args.profile) or bool(args.py_spy)
     box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True)
@@ -772,7 +767,7 @@ def main() -> int:
                 if key in only:
                     results["workloads"][key] = measure_workload(box, key, rows[key], args, workdir, defaults)
             if "lag" in only:
-                lag = run_lag(box, workdir, lag_seconds, args.lag_rate, 100, defaults, args.variant)
+                lag = run_lag(box, workdir, lag_seconds, args.lag_rate, 100, defaults)
                 results["lag"] = lag
                 print(f"[lag] {lag['rows']} rows at {lag['source_rows_per_s']:,.0f} rows/s: p50 {lag['lag_p50_s']:.3f} s, "
                       f"p99 {lag['lag_p99_s']:.3f} s, max {lag['lag_max_s']:.3f} s", flush=True)

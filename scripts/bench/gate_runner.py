@@ -3,19 +3,16 @@
     python scripts/bench/gate_runner.py --dc-port P --channel NAME [--stamp FILE] [--profile-dir DIR]
 
 The benchmark starts this as a separate process so that it can measure the RSS and CPU of gate's
-whole process tree (main process + writer processes) with psutil. SIGTERM stops the pipeline
+whole process tree (main process, decoder and writer processes) with psutil. SIGTERM stops the pipeline
 cleanly (it drains the writers and stores the last checkpoint).
 
 ``--stamp FILE`` receives the wall-clock time (time.time()) just before ``Pipeline.run()`` is
 called: the benchmark measures gate's rows/s from that moment.
 
-``GATE_BENCH_VARIANT`` (e.g. ``write=values,json=direct``) patches prototype fast paths from
-scripts/bench/fastpaths.py into gate in this process and in the writers; gate's files are not changed.
-
-``--profile-dir DIR`` runs the main process under cProfile (``DIR/main.prof``) and each writer
-process too (``DIR/writer-PID.prof``), without touching gate's code: the writer target is wrapped
-here, and spawned writers find the wrapper because spawn re-imports this script as their
-``__main__``.
+``--profile-dir DIR`` runs the main process under cProfile (``DIR/main.prof``) and each writer and
+decoder process too (``DIR/writer-PID.prof``, ``DIR/decoder-PID.prof``), without touching gate's
+code: the process targets are wrapped here, and spawned children find the wrappers because spawn
+re-imports this script as their ``__main__``.
 """
 
 from __future__ import annotations
@@ -28,25 +25,29 @@ import sys
 import time
 from pathlib import Path
 
+import gate.decoder
 import gate.writer
 from gate.config import Secret, ServerConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fastpaths  # noqa: E402
-
-_PATCHED = fastpaths.apply()  # GATE_BENCH_VARIANT; runs in the writers too (spawn imports this module)
-
-_ORIGINAL_WRITER_MAIN = gate.writer._writer_main
+_ORIGINAL = {"writer": gate.writer._writer_main, "decoder": gate.decoder._decoder_main}
 _PROFILE_ENV = "GATE_BENCH_PROFILE_DIR"
 
 
-def _profiled_writer_main(*args: object) -> None:
-    """The writer process body under cProfile; the profile is written when the writer returns."""
+def _profiled(role: str, *args: object) -> None:
+    """A child process's body under cProfile; the profile is written when the body returns."""
     profile = cProfile.Profile()
     try:
-        profile.runcall(_ORIGINAL_WRITER_MAIN, *args)
+        profile.runcall(_ORIGINAL[role], *args)
     finally:
-        profile.dump_stats(str(Path(os.environ[_PROFILE_ENV]) / f"writer-{os.getpid()}.prof"))
+        profile.dump_stats(str(Path(os.environ[_PROFILE_ENV]) / f"{role}-{os.getpid()}.prof"))
+
+
+def _profiled_writer_main(*args: object) -> None:
+    _profiled("writer", *args)
+
+
+def _profiled_decoder_main(*args: object) -> None:
+    _profiled("decoder", *args)
 
 
 def main() -> int:
@@ -55,7 +56,7 @@ def main() -> int:
     parser.add_argument("--dc-host", default="127.0.0.1")
     parser.add_argument("--channel", required=True)
     parser.add_argument("--stamp", help="file that receives time.time() just before Pipeline.run()")
-    parser.add_argument("--profile-dir", help="cProfile the main process and the writers into this folder")
+    parser.add_argument("--profile-dir", help="cProfile the main process, decoders and writers into this folder")
     parser.add_argument("--no-preflight", action="store_true")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
@@ -66,11 +67,10 @@ def main() -> int:
 
     if args.profile_dir:
         Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
-        os.environ[_PROFILE_ENV] = str(Path(args.profile_dir).resolve())  # inherited by the writers
+        os.environ[_PROFILE_ENV] = str(Path(args.profile_dir).resolve())  # inherited by the children
         gate.writer._writer_main = _profiled_writer_main  # type: ignore[assignment]
+        gate.decoder._decoder_main = _profiled_decoder_main  # type: ignore[assignment]
 
-    if _PATCHED:
-        logging.getLogger("bench").info("prototype variant: %s", ", ".join(_PATCHED))
     dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""))
     pipeline = Pipeline(dc, args.channel, preflight=not args.no_preflight)
     if args.stamp:
