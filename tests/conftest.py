@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from gate.cli import main
 from gate.sandbox import Sandbox
+from tests.replay import STARTED
 
 _names = itertools.count(1)
 
@@ -40,6 +41,17 @@ def make_sandbox(tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
     yield make
     for sb in made:
         sb.down()
+
+
+@pytest.fixture(autouse=True)
+def no_gate_left_running() -> Iterator[None]:
+    """A gate process a test started (tests.replay.start_gate) does not outlive the test, even a failed one."""
+    yield
+    while STARTED:
+        gate = STARTED.pop()
+        if gate.poll() is None:
+            gate.kill()
+            gate.wait()
 
 
 @pytest.fixture

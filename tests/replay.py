@@ -64,12 +64,17 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
 GATE = str(Path(sys.executable).with_name("gate"))
 
 
+STARTED: list[subprocess.Popen[bytes]] = []  # killed after each test by conftest's autouse fixture
+
+
 def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str) -> subprocess.Popen[bytes]:
     """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``."""
     config = tmp_path / "config.yaml"
     config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: root\n  password: ''\n")
     log = open(tmp_path / f"{channel}.log", "ab")
-    return subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
+    gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
+    STARTED.append(gate)
+    return gate
 
 
 def wait_running(dc: MariaDBServer, channel: str, gate: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
