@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import pickle
 import queue
 import signal
 import time
@@ -117,7 +118,8 @@ def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fix_library_charsets()
     translator = Translator(ZoneInfo(timezone), binary_format, TableFilter())  # the reader's process filtered
-    while (job := inbox.get()) is not None:
+    while (message := inbox.get()) is not None:
+        job = pickle.loads(message)
         try:
             outbox.put((job[0], _decode(job, translator), None))
         except Exception as exc:  # reported to the main process, which stops with it
@@ -137,8 +139,14 @@ class DecoderPool:
         self._waiting: dict[int, Job] = {}
 
     def submit(self, job: Job) -> None:
-        """Blocks while the decoders are all busy and the queue is full: backpressure on the reader."""
-        message = (job.no, job.fmt, job.events, job.tables)
+        """Blocks while the decoders are all busy and the queue is full: backpressure on the reader.
+
+        The job is pickled here: the queue's own pickling, in its feeder thread, would only print an
+        error and drop a job that does not pickle, and gate would wait for it for ever."""
+        try:
+            message = pickle.dumps((job.no, job.fmt, job.events, job.tables), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise DecoderFailed(f"Job {job.no} of row events cannot be handed to a decoder: {exc!r}") from exc
         while True:
             try:
                 self._inbox.put(message, timeout=1.0)

@@ -62,14 +62,19 @@ class Translator:
         self.binary_format = binary_format
         self.filter = table_filter
         self.describe = describe
+        self._renderers: dict[int, tuple[Any, ImageRenderer]] = {}  # id(table) -> (table, its renderer)
 
     def _renderer(self, event: Any) -> ImageRenderer:
-        """One renderer per TableMap (the library makes a new Table object for each)."""
+        """One renderer per TableMap (the library makes a new Table object for each). Kept here, not on
+        the library's Table, which the reader's process pickles for the decoders (renderers do not pickle)."""
         table = event.table_map[event.table_id]
-        renderer: ImageRenderer | None = getattr(table, "_gate_renderer", None)
-        if renderer is None:
-            renderer = ImageRenderer(event.columns, self.tz, self.binary_format)
-            table._gate_renderer = renderer
+        known = self._renderers.get(id(table))
+        if known is not None and known[0] is table:
+            return known[1]
+        if len(self._renderers) >= 64:
+            self._renderers.clear()
+        renderer = ImageRenderer(event.columns, self.tz, self.binary_format)
+        self._renderers[id(table)] = (table, renderer)
         return renderer
 
     def rows(self, item: Rows) -> Sequence[Change]:
