@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -57,6 +58,10 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
     finally:
         pipeline.stop()
         thread.join(timeout=60)
+        if thread.is_alive():  # its writers and decoders ignore SIGTERM: they would hold up pytest's exit
+            for child in multiprocessing.active_children():
+                child.kill()
+            raise AssertionError(f"the pipeline of {channel} did not stop within 60 s of stop()")
     if errors:
         raise errors[0]
 
