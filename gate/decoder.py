@@ -25,7 +25,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.errors import GateError
-from gate.process import die_with_parent, name_process
+from gate.process import die_with_multiprocessing_parent, name_process
 from gate.reader import Rows
 from gate.translate import Change, TableFilter, Translator
 from gate.values import BinaryFormat, fix_library_charsets
@@ -112,7 +112,7 @@ def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any
 
 
 def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox: Any) -> None:
-    die_with_parent()
+    die_with_multiprocessing_parent()
     name_process("gate-decoder")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when decoders stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -8,6 +8,7 @@ never for production data.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -140,7 +141,7 @@ class MariaDBServer:
         ]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent if self.tied_to_parent else None,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()) if self.tied_to_parent else None,
             start_new_session=not self.tied_to_parent,
         )
         deadline = time.monotonic() + timeout

@@ -21,7 +21,7 @@ import pymysql
 from gate.config import ServerConfig
 from gate.dc import connect, q
 from gate.errors import ConnectionFailed, DrainAbandoned, GateError
-from gate.process import die_with_parent, name_process
+from gate.process import die_with_multiprocessing_parent, name_process
 from gate.sequencer import DCRow
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def _landed(conn: pymysql.Connection, rows: list[DCRow]) -> bool:
 
 
 def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
-    die_with_parent()
+    die_with_multiprocessing_parent()
     name_process("gate-writer")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when writers stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
