@@ -24,8 +24,9 @@ from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
 from gate.channel import set_failover
 from gate.config import ChannelDefaults, Secret, ServerConfig
 from gate.dc import ChannelSettings, connect, read_resume, read_settings
+from gate import failover
 from gate.errors import ConnectionFailed, FailoverError, PreflightFailed
-from gate.failover import MARKER, PLANNED, _gtid_seqs, plan_switch
+from gate.failover import MARKER, PLANNED, _gtid_seqs, plan_switch, read_marker
 from gate.pipeline import Pipeline
 from gate.preflight import Problem, check_server, require_channel
 from gate.sandbox import MariaDBServer, Sandbox, free_port
@@ -194,11 +195,12 @@ def test_lost_transactions_in_fingerprint_mode_are_reported_then_accepted(
     assert rows[-1][5] == box.standby.address and json.loads(rows[-1][7]) == {"NEW": [{"id": "100"}]}
 
 
+@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
 def test_gate_killed_in_the_middle_of_the_switch_then_restarted(
-        make_sandbox: Callable[..., Sandbox], tmp_path: Path) -> None:
+        make_sandbox: Callable[..., Sandbox], tmp_path: Path, mode: str) -> None:
     box = make_sandbox(with_standby=True)
     assert box.standby is not None
-    make_channel(box.dc, box.source, "mid", standby=server_config(box.standby), defaults=FAST)
+    make_channel(box.dc, box.source, "mid", standby=server_config(box.standby), failover_mode=mode, defaults=FAST)
     gate = start_gate(tmp_path, box.dc, "mid")
     wait_running(box.dc, "mid", gate)
     wait_sampled(box.dc, "mid")
@@ -210,10 +212,15 @@ def test_gate_killed_in_the_middle_of_the_switch_then_restarted(
     time.sleep(FAST.failover_after_seconds / 2)  # gate retries the source: killed before it switches ...
     gate.send_signal(signal.SIGKILL)
     gate.wait()
+    assert _switches(box, "mid") == []
     gate = start_gate(tmp_path, box.dc, "mid")  # ... it starts on the dead source and fails over
     wait_row(box.dc, "mid", f"SELECT 1 FROM gate_meta WHERE name = '{MARKER}'")  # switch stored, dropping starts
     gate.send_signal(signal.SIGKILL)  # killed again, in the middle of the switch
     gate.wait()
+    assert _switches(box, "mid") == [(box.source.address, box.standby.address)]
+    with box.dc.connect("mid") as conn:  # the switch is stored with the marker of the channel's mode
+        marker = read_marker(conn, "mid")
+    assert marker is not None and marker.mode == mode
     _write_on(box.standby, "INSERT INTO shop.t0 (id, name) VALUES (1000000, 'after the switch')")
     gate = start_gate(tmp_path, box.dc, "mid")
     wait_running(box.dc, "mid", gate)
@@ -229,11 +236,37 @@ def test_gate_killed_in_the_middle_of_the_switch_then_restarted(
         assert cur.execute("SELECT 1 FROM gate_meta WHERE name = %s", (MARKER,)) == 0
 
 
+def _master_status(server: MariaDBServer) -> tuple[str, int, str, int]:
+    """The server's SHOW MASTER STATUS file and position, @@gtid_binlog_pos and UNIX_TIMESTAMP()."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        cur.execute("SELECT @@gtid_binlog_pos, UNIX_TIMESTAMP()")
+        gtid, now = cur.fetchone()
+    return file, int(pos), gtid, int(now)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, pattern: str, timeout: float) -> re.Match[str]:
+    """Until a log record matches ``pattern`` (records of the pipeline thread too); returns the match."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for record in list(caplog.records):
+            if found := re.search(pattern, record.getMessage()):
+                return found
+        assert time.monotonic() < deadline, f"nothing logged like {pattern!r} in {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
 def test_standby_lagging_at_the_switch(make_sandbox: Callable[..., Sandbox],
-                                        caplog: pytest.LogCaptureFixture) -> None:
+                                        caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    """The standby's SQL thread stops while the source takes writes: its binlog (and so every sample)
+    stays at one position while its clock runs on. The source dies; when gate switches, the standby
+    still has a relay log to apply and the DC holds transactions it has not applied. gate waits for it,
+    restarts at a sample inside the lag (the frozen position) and drops exactly what it already holds."""
     box = make_sandbox(with_standby=True)
     assert box.standby is not None
-    dc = make_channel(box.dc, box.source, "lag", standby=server_config(box.standby), failover_mode="fingerprint",
+    dc = make_channel(box.dc, box.source, "lag", standby=server_config(box.standby), failover_mode=mode,
                       defaults=FAST)
     load = SteadyLoad(box, "shop")
     caplog.set_level(logging.INFO, logger="gate.failover")
@@ -242,19 +275,119 @@ def test_standby_lagging_at_the_switch(make_sandbox: Callable[..., Sandbox],
         load.start()
         time.sleep(1.5)
         _write_on(box.standby, "STOP SLAVE SQL_THREAD")  # the standby only receives, for a while
-        time.sleep(2.5)
-        _write_on(box.standby, "START SLAVE SQL_THREAD")
-        box.source.kill()  # while the standby still applies what it has received
+        frozen_file, frozen_pos, frozen_gtid, frozen_at = _master_status(box.standby)
+        # more than failover_margin_seconds + 2: samples of at least one whole second after the freeze are
+        # older than the last transaction minus the margin, so the switch starts at one of them
+        time.sleep(4.0)
+        box.source.kill()
         load.join()
-        _wait_switch(box, "lag", timeout=FAST.failover_after_seconds + 10)
+        # gate retries the source for failover_after_seconds, then starts the switch, which waits for the standby
+        _logged(caplog, "Failing over to the standby", timeout=FAST.failover_after_seconds + 10)
+        time.sleep(0.5)
+        assert _switches(box, "lag") == []  # still waiting: the standby lags at the switch
+        with box.standby.connect() as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            status = cur.fetchone()
+            cur.execute("SELECT @@gtid_binlog_pos AS pos")
+            applied = _gtid_seqs(cur.fetchone()["pos"])["0"]
+        assert ((status["Relay_Master_Log_File"], status["Exec_Master_Log_Pos"])
+                < (status["Master_Log_File"], status["Read_Master_Log_Pos"])), status
+        received = _gtid_seqs(status["Gtid_IO_Pos"])["0"]
+        assert applied == _gtid_seqs(frozen_gtid)["0"]
+        with box.dc.connect("lag") as conn, conn.cursor() as cur:
+            cur.execute("SELECT gtid_pos FROM gate_resume")
+            checkpointed = _gtid_seqs(cur.fetchone()[0])["0"]
+        # the DC holds well over a second of transactions the standby has received but not applied
+        assert applied + 30 < checkpointed <= received, (applied, checkpointed, received)
+        _write_on(box.standby, "START SLAVE SQL_THREAD")
+        _wait_switch(box, "lag", timeout=30)
         _write_on(box.standby, "INSERT INTO shop.t0 (id, name) VALUES (1000000, 'after the switch')")
         wait_caught_up(box.standby, box.dc, "lag", timeout=60)
     assert _switches(box, "lag") == [(box.source.address, box.standby.address)]
     _exact(box, "lag", box.standby, "shop")
-    # the restart point lay in the lag: more than a second of transactions had to be dropped again
-    [skipped] = [int(m.group(1)) for m in (re.search(r"skipped (\d+) transactions", r.getMessage())
-                                           for r in caplog.records) if m]
-    assert skipped > 30, skipped
+    # the restart point lay in the lag: a sample taken after the freeze, at the frozen position ...
+    where = _logged(caplog, r"reading it from (\S+):(\d+), sample of (\d+), (\w+) dedupe", timeout=0)
+    assert (where[1], int(where[2]), where[4]) == (frozen_file, frozen_pos, mode)
+    assert int(where[3]) > frozen_at
+    # ... so every transaction the DC held beyond the freeze was dropped again, and no other (the standby may
+    # have received a last one or two that gate had not read from the dying source: those are new to the DC)
+    skipped = int(_logged(caplog, r"skipped (\d+) transactions", timeout=0)[1])
+    assert skipped == checkpointed - applied, (skipped, checkpointed, applied)
+    assert len([r for r in caplog.records if "skipped" in r.getMessage()]) == 1
+
+
+def _samples(dc: MariaDBServer, channel: str) -> list[tuple[int, str, int, str | None]]:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT sampled_at, log_file, log_pos, gtid_pos FROM gate_standby_sample ORDER BY sampled_at")
+        return [(int(t), f, int(p), g) for t, f, p, g in cur.fetchall()]
+
+
+def _steps(samples: list[tuple[int, str, int, str | None]], statuses: list[tuple[str, int, str, int]]) -> list[int]:
+    """For each sample, which of the standby's successive ``statuses`` it shows: it must be one of them
+    (the position is read before the GTID position, so a commit may fall between the two), in order."""
+    positions, gtids = [st[:2] for st in statuses], [st[2] for st in statuses]
+    steps = []
+    for at, file, pos, gtid in samples:
+        assert (file, pos) in positions, (at, file, pos, statuses)  # a position the standby had
+        step = positions.index((file, pos))
+        assert gtid in gtids[step:step + 2], (at, file, pos, gtid, statuses)
+        steps.append(step)
+    assert steps == sorted(steps), (samples, statuses)
+    return steps
+
+
+def test_standby_sampler_stores_the_standbys_position_and_keeps_a_bounded_history(
+        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sample is the standby's real SHOW MASTER STATUS, @@gtid_binlog_pos and clock; samples older
+    than KEEP_SAMPLES intervals are deleted, recent ones kept."""
+    standby = sandbox.standby
+    assert standby is not None
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, standby=server_config(standby),
+                      allow=(f"{db}.*",), defaults=FAST)
+    _write_on(sandbox.source, f"CREATE DATABASE {db}")
+    _write_on(sandbox.source, f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+    sandbox.wait_standby_caught_up()
+    statuses = [_master_status(standby)]  # what the standby's binlog has been at while gate samples it
+    started_at = statuses[0][3]
+    history = failover.KEEP_SAMPLES * FAST.standby_sample_seconds  # 2000 intervals of 0.3 s: 600 s
+    # older than the history: deleted by the first sample; younger: kept
+    fake = {started_at - age: ("fake-bin.000001", age, "0-1-1") for age in (10_000, 900, 500, 300)}
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO gate_standby_sample VALUES (%s, %s, %s, %s)",
+                        [(at, *row) for at, row in fake.items()])
+    with running(dc, unique_name):
+        wait_row(sandbox.dc, unique_name, "SELECT 1 FROM gate_standby_sample WHERE log_file <> 'fake-bin.000001'")
+        assert _samples(sandbox.dc, unique_name)[-1][1:] == statuses[0][:3]
+        for n in range(3):  # the standby moves on; then, once caught up, the next sample shows where it is
+            _write_on(sandbox.source, f"INSERT INTO {db}.t VALUES ({n})")
+            sandbox.wait_standby_caught_up()
+            statuses.append(_master_status(standby))
+            wait_row(sandbox.dc, unique_name,  # a sample taken after the standby had caught up
+                     f"SELECT 1 FROM gate_standby_sample WHERE sampled_at > {statuses[-1][3]} "
+                     "AND log_file <> 'fake-bin.000001'", timeout=10)
+            assert _samples(sandbox.dc, unique_name)[-1][1:] == statuses[-1][:3] != statuses[-2][:3]
+        samples = _samples(sandbox.dc, unique_name)
+        file, pos, gtid, standby_now = _master_status(standby)
+        assert (samples[-1][1:], (file, pos, gtid)) == (statuses[-1][:3], statuses[-1][:3])
+        assert 0 <= standby_now - samples[-1][0] <= 2
+        # the samples too old for the history are gone, those in it are still there
+        assert [s for s in samples if s[1] == "fake-bin.000001"] == [
+            (at, *fake[at]) for at in sorted(fake) if at >= started_at - history] != []
+        # every other sample: the standby's position and GTID position at one moment, in order
+        real = [s for s in samples if s[1] != "fake-bin.000001"]
+        assert len(real) >= 3 and started_at <= real[0][0] and real[-1][0] <= standby_now
+        assert _steps(real, statuses)[-1] == len(statuses) - 1
+        # a shorter history: the sampler's next sample deletes all older than KEEP_SAMPLES intervals
+        monkeypatch.setattr(failover, "KEEP_SAMPLES", 10)  # 3 s at 0.3 s
+        wait_row(sandbox.dc, unique_name, "SELECT 1 FROM gate_standby_sample HAVING COUNT(*) <= 4", timeout=10)
+        time.sleep(1.0)
+    kept = _samples(sandbox.dc, unique_name)  # the sampler has stopped: nothing changes any more
+    newest_at = kept[-1][0]
+    # the samples of the last 3 s, one a second (a later sample in the same second replaces one)
+    assert [s[0] for s in kept] == list(range(newest_at - 3, newest_at + 1))
+    assert kept[-1][1:] == statuses[-1][:3]
+    _steps(kept, statuses)
 
 
 def test_blip_shorter_than_the_detection_time_is_no_switch(make_sandbox: Callable[..., Sandbox]) -> None:
