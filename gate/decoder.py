@@ -10,7 +10,6 @@ on another core than reading and writing, which the GIL would otherwise serialis
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import pickle
 import queue
@@ -22,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.errors import GateError
 from gate.process import die_with_multiprocessing_parent, name_process
@@ -30,10 +29,8 @@ from gate.reader import Rows
 from gate.translate import Change, TableFilter, Translator
 from gate.values import BinaryFormat, fix_library_charsets
 
-log = logging.getLogger(__name__)
-
 _CTX = mp.get_context("spawn")
-_ROW_EVENTS = frozenset({TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
+_ROW_EVENTS = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
 
 
 class DecoderFailed(GateError):
@@ -68,17 +65,17 @@ class Job:
     tables: list[Any] = field(default_factory=list)  # pymysqlreplication Table objects, pickled with the job
     nbytes: int = 0
     started: float = field(default_factory=time.monotonic)
-    sent: bool = False
     result: list[list[Change]] | None = None  # per event, once decoded
+    _keys: dict[int, int] = field(default_factory=dict)  # table_id -> index in tables
 
     def add(self, item: Rows) -> int:
-        """Add a row event; returns its index in the job."""
+        """Add a row event; returns its index in the job. The library makes a new Table for every
+        TableMap (every transaction): an equal one already in the job is not pickled again."""
         event = item.event
         table = event.table_map[event.table_id]
-        try:
-            key = next(k for k, known in enumerate(self.tables) if known is table)
-        except StopIteration:
-            key = len(self.tables)
+        key = self._keys.get(event.table_id)
+        if key is None or not (self.tables[key] is table or self.tables[key] == table):
+            key = self._keys[event.table_id] = len(self.tables)
             self.tables.append(table)
         raw = event.packet.packet._data
         self.events.append((item.optype, key, raw))
@@ -119,11 +116,13 @@ def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox
     fix_library_charsets()
     translator = Translator(ZoneInfo(timezone), binary_format, TableFilter())  # the reader's process filtered
     while (message := inbox.get()) is not None:
-        job = pickle.loads(message)
+        no = -1
         try:
-            outbox.put((job[0], _decode(job, translator), None))
+            job = pickle.loads(message)
+            no = job[0]
+            outbox.put((no, _decode(job, translator), None))
         except Exception as exc:  # reported to the main process, which stops with it
-            outbox.put((job[0], None, f"{type(exc).__name__}: {exc}"))
+            outbox.put((no, None, f"{type(exc).__name__}: {exc}"))
 
 
 class DecoderPool:
@@ -137,6 +136,7 @@ class DecoderPool:
         for proc in self._procs:
             proc.start()
         self._waiting: dict[int, Job] = {}
+        self._next_check = 0.0
 
     def submit(self, job: Job) -> None:
         """Blocks while the decoders are all busy and the queue is full: backpressure on the reader.
@@ -153,22 +153,22 @@ class DecoderPool:
                 break
             except queue.Full:
                 self._check_alive()
-        job.sent = True
         self._waiting[job.no] = job
 
     def collect(self, timeout: float = 0.0) -> None:
-        """Store the results that have arrived; with ``timeout``, wait that long for the first one."""
+        """Store the results that have arrived; with ``timeout``, wait that long for the first one.
+        At least once a second it also checks that no decoder has died (its job would never return)."""
         try:
             item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
             while True:
                 no, result, error = item
-                job = self._waiting.pop(no)
                 if error is not None:
-                    raise DecoderFailed(f"A decoder could not decode a row event of job {no}: {error}")
-                job.result = result
+                    raise DecoderFailed(f"A decoder could not decode the row events of job {no}: {error}")
+                self._waiting.pop(no).result = result
                 item = self._outbox.get_nowait()
         except queue.Empty:
-            if timeout:
+            if self._waiting and (timeout or time.monotonic() >= self._next_check):
+                self._next_check = time.monotonic() + 1.0
                 self._check_alive()
 
     def _check_alive(self) -> None:

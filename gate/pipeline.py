@@ -241,25 +241,31 @@ class Pipeline:
         sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds)
                    if settings.standby else None)
         pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon)
-        decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
+        try:
+            decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
+        except BaseException:
+            pool.close(graceful=False)
+            raise
         log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d writers%s",
                  self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.writers,
                  f", standby {settings.standby.address}" if settings.standby else "")
         if sampler is not None:
             sampler.start()
         self.stats.started = time.monotonic()
-        clean = False
+        clean = abandoned = False
         try:
             self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows)
             clean = True
         except SourceDown:
             clean = True  # what the writers have is good: drain it and checkpoint before the switch
             raise
+        except DrainAbandoned:
+            abandoned = True  # a second signal while a chunk waited for a writer: _finish says so
         finally:
             if sampler is not None:
                 sampler.stop()
             decoders.close()
-            self._finish(checkpointer, pool, drain=clean)
+            self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int) -> None:
@@ -269,6 +275,7 @@ class Pipeline:
         instance = reader.server.address
         ops: deque[tuple[Any, ...]] = deque()  # ("rows", job, index, timestamp) | ("begin",) | ("commit", Commit)
         job: Job | None = None  # | ("statement", change, timestamp)
+        job_stream: Any = None  # the stream the current job's events came from
         jobs = 0
         rows: list[DCRow] = []
         boundary: ResumeState | None = None
@@ -333,9 +340,11 @@ class Pipeline:
             if kind is Rows:
                 event = item.event
                 if translator.filter.passes(event.schema, event.table):
+                    if job is not None and job_stream is not reader.stream:
+                        send()  # reconnected: the new stream's events are rebuilt with its own format
                     if job is None:
                         jobs += 1
-                        job = Job(jobs, StreamFormat.of(reader.stream))
+                        job, job_stream = Job(jobs, StreamFormat.of(reader.stream)), reader.stream
                     ops.append(("rows", job, job.add(item), event.timestamp))
                     if job.nbytes >= JOB_BYTES:
                         send()
@@ -378,22 +387,25 @@ class Pipeline:
             log.warning("checkpoint not stored (%s); retrying", exc)
             return False
 
-    def _finish(self, checkpointer: Checkpointer, pool: WriterPool, drain: bool) -> None:
-        """Wait for the writers (when stopping cleanly), store the last checkpoint, close everything."""
+    def _finish(self, checkpointer: Checkpointer, pool: WriterPool, drain: bool, abandoned: bool = False) -> None:
+        """Wait for the writers (when stopping cleanly), store the last checkpoint, close everything.
+        Raises DrainAbandoned when a second stop signal cut that short (or ``abandoned`` says it did)."""
+        cut_short = abandoned
         try:
             if drain:
                 while pool.in_flight and not self._abandon.is_set():
                     checkpointer.committed(pool.acks(timeout=0.5))
                 while not self._checkpoint(checkpointer) and not self._abandon.is_set():
                     time.sleep(0.5)
+                cut_short = self._abandon.is_set()
             else:
                 self._checkpoint(checkpointer)
         finally:
-            pool.close(graceful=drain and not self._abandon.is_set())
+            pool.close(graceful=drain and not cut_short)
             if self._ctl is not None:
                 self._ctl.close()
         state = checkpointer.state
-        if self._abandon.is_set():
+        if cut_short:
             raise DrainAbandoned(
                 f"Channel {self.channel} stopped at the second signal without draining its writers. The "
                 f"checkpoint stored in the DC is at most id={state.id} tid={state.tid}; the next 'gate run "

@@ -8,7 +8,6 @@ connection reconnects with backoff; if it cannot tell whether its last commit la
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import queue
 import signal
@@ -24,11 +23,9 @@ from gate.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.process import die_with_multiprocessing_parent, name_process
 from gate.sequencer import DCRow
 
-log = logging.getLogger(__name__)
-
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
           "VALUES ")
-MAX_STATEMENT = 1 << 20  # bytes of SQL text per INSERT (max_allowed_packet is 16 MB by default)
+MAX_STATEMENT = 1 << 18  # characters of SQL per INSERT: at most 1 MB in utf8mb4 (max_allowed_packet >= 4 MB)
 _CTX = mp.get_context("spawn")
 
 
@@ -59,7 +56,7 @@ def _literal(text: str) -> str:
 
 
 def insert_statements(rows: list[DCRow]) -> list[str]:
-    """Multi-row INSERTs of at most about MAX_STATEMENT bytes each (one row can make a longer one).
+    """Multi-row INSERTs of at most about MAX_STATEMENT characters each (one row can make a longer one).
 
     Built by hand: pymysql's executemany escapes every value through its generic converters,
     which cost the writer processes about as much CPU as the rest of their work."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from zoneinfo import ZoneInfo
 
-from gate.decoder import DecoderPool, Job, StreamFormat
+import pytest
+
+from gate.decoder import DecoderFailed, DecoderPool, Job, StreamFormat
 from gate.reader import BinlogReader, Commit, Idle, Rows, current_position
 from gate.sandbox import Sandbox
 from gate.translate import TableFilter, Translator
@@ -48,3 +51,20 @@ def test_decoders_give_what_the_translator_gives_in_process(sandbox: Sandbox, un
     assert job.result == in_process
     assert [c[2] for changes in in_process for c in changes] == ["INSERT", "INSERT", "UPDATE", "DELETE"]
     assert '{"tm":"-838:59:58.500"},{"s":"a,c"}' in in_process[0][0][3]
+
+
+def test_a_dead_decoder_is_noticed_while_data_flows() -> None:
+    """Without waiting (the pipeline polls while it reads), a job held by a dead decoder still stops gate."""
+    pool = DecoderPool("UTC", "base64", 1)
+    try:
+        (decoder,) = pool._procs
+        decoder.kill()
+        decoder.join()
+        pool.submit(Job(1, StreamFormat(None, False, False, None, "utf8mb4", "mariadb")))
+        deadline = time.monotonic() + 3
+        with pytest.raises(DecoderFailed, match="gate-decoder-0 died"):
+            while time.monotonic() < deadline:
+                pool.collect()
+                time.sleep(0.05)
+    finally:
+        pool.close()
