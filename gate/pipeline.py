@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections import deque
+from contextlib import ExitStack
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -218,37 +219,38 @@ class Pipeline:
     def _run_source(self, settings: ChannelSettings, state: ResumeState) -> None:
         source = settings.source
         defaults = settings.defaults
-        self._record_source_server_id(source)
-        retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
-        self._reader = reader = BinlogReader(
-            source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos), retry_for=retry_for)
-        translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
-                                TableFilter(settings.allow, settings.deny),
-                                describe_columns(source, retry_for, self._stopping))
-        marker = read_marker(self._ctl_conn(), self.channel)
-        items: Iterator[Item] = iter(reader)
-        if marker is not None:
-            items = without_held(items, Deduper(marker, self._ctl_conn(), self.channel), translator, settings)
-        else:
-            try:
-                reader.check_position()
-            except ConnectionFailed:
-                if settings.standby is None:
-                    raise  # else the reader retries, and the channel fails over if the source stays down
+        with ExitStack() as not_started:  # the children start first, while gate connects to the source
+            pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon)
+            not_started.callback(pool.close, graceful=False)
+            decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
+            not_started.callback(decoders.close)
+            self._record_source_server_id(source)
+            retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
+            self._reader = reader = BinlogReader(
+                source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos),
+                retry_for=retry_for)
+            translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
+                                    TableFilter(settings.allow, settings.deny),
+                                    describe_columns(source, retry_for, self._stopping))
+            marker = read_marker(self._ctl_conn(), self.channel)
+            items: Iterator[Item] = iter(reader)
+            if marker is not None:
+                items = without_held(items, Deduper(marker, self._ctl_conn(), self.channel), translator, settings)
+            else:
+                try:
+                    reader.check_position()
+                except ConnectionFailed:
+                    if settings.standby is None:
+                        raise  # else the reader retries, and the channel fails over if the source stays down
+            not_started.pop_all()  # from here on _finish closes them
         sequencer = Sequencer(state.id, state.tid, source.address)
         checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,
                                     marker_pending=marker is not None)
         sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds)
                    if settings.standby else None)
-        pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon)
-        try:
-            decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
-        except BaseException:
-            pool.close(graceful=False)
-            raise
-        log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d writers%s",
-                 self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.writers,
-                 f", standby {settings.standby.address}" if settings.standby else "")
+        log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d decoders, %d writers%s",
+                 self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.decoders,
+                 defaults.writers, f", standby {settings.standby.address}" if settings.standby else "")
         if sampler is not None:
             sampler.start()
         self.stats.started = time.monotonic()
