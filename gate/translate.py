@@ -82,17 +82,15 @@ class Translator:
         db, table = event.schema, event.table
         if not self.filter.passes(db, table):
             return ()
-        render = self._renderer(event).render
+        image = self._renderer(event).image_json  # the text dumps({"NEW": ...}) would give, built directly
         optype = item.optype
         if optype == "INSERT":
-            return [(db, table, optype, dumps({"NEW": render(r["values"], r["none_sources"])})) for r in event.rows]
+            return [(db, table, optype, '{"NEW":' + image(r["values"], r["none_sources"]) + "}") for r in event.rows]
         if optype == "DELETE":
-            return [(db, table, optype, dumps({"OLD": render(r["values"], r["none_sources"])})) for r in event.rows]
+            return [(db, table, optype, '{"OLD":' + image(r["values"], r["none_sources"]) + "}") for r in event.rows]
         return [
-            (db, table, optype, dumps({
-                "NEW": render(r["after_values"], r["after_none_sources"]),
-                "OLD": render(r["before_values"], r["before_none_sources"]),
-            }))
+            (db, table, optype, '{"NEW":' + image(r["after_values"], r["after_none_sources"])
+             + ',"OLD":' + image(r["before_values"], r["before_none_sources"]) + "}")
             for r in event.rows
         ]
 

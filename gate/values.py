@@ -32,6 +32,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
+from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses for strings
 from typing import Any, Literal
 
 from pymysqlreplication.column import Column
@@ -318,7 +319,7 @@ def column_renderer(
 class ImageRenderer:
     """Renders row images of one table map; build once per TableMapEvent / table_id."""
 
-    __slots__ = ("_plan",)
+    __slots__ = ("_plan", "_json_plan")
 
     def __init__(self, columns: Sequence[Column], tz: tzinfo = _UTC, binary_format: BinaryFormat = "base64") -> None:
         if binary_format not in _ENCODERS:
@@ -329,6 +330,7 @@ class ImageRenderer:
             # the key the library files the value under (names are missing only without FULL metadata)
             plan.append((column.name or f"UNKNOWN_COL{i}", render, zero))
         self._plan: tuple[tuple[str, Renderer, str | None], ...] = tuple(plan)
+        self._json_plan = tuple((name, render, zero, "{" + encode_basestring(name) + ":") for name, render, zero in plan)
 
     def render(self, values: dict[str, Any], none_sources: dict[str, str]) -> list[dict[str, str | None]]:
         """One ``{name: text}`` per column in table order; NULL is None."""
@@ -343,3 +345,19 @@ class ImageRenderer:
             else:
                 append({name: zero})
         return image
+
+    def image_json(self, values: dict[str, Any], none_sources: dict[str, str]) -> str:
+        """``render``'s image as JSON text, exactly what json.dumps(..., ensure_ascii=False,
+        separators=(",", ":")) makes of it, but built directly: the decoders' hot path."""
+        enc = encode_basestring
+        parts: list[str] = []
+        append = parts.append
+        for name, render, zero, key in self._json_plan:
+            v = values[name]
+            if v is not None:
+                append(key + enc(render(v)) + "}")
+            elif zero is None or none_sources.get(name, _NULL) == _NULL:
+                append(key + "null}")
+            else:
+                append(key + enc(zero) + "}")
+        return "[" + ",".join(parts) + "]"

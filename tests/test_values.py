@@ -4,6 +4,7 @@ tests/test_type_matrix.py), from the values python-mysql-replication 1.0.17 hand
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import time
 from datetime import date, datetime, timedelta, timezone
@@ -334,6 +335,19 @@ def test_image_renderer_zero_values() -> None:
         "f": "0", "d": "0", "price": "0.00",
     }
     assert render(values, none_sources, binary_format="hex")[19] == {"code": "00000000"}
+
+
+@given(st.text(), st.text(), st.sampled_from(["null", "out of date range", "empty set"]))
+def test_image_json_is_exactly_what_json_dumps_makes_of_the_image(name: str, latin: str, source: str) -> None:
+    """The decoders build the JSON text directly; it must be json.dumps's, byte for byte (quotes, control
+    characters, non-BMP text, NULLs and zero values included)."""
+    renderer = ImageRenderer(COLUMNS)
+    for values, none_sources in [({**VALUES, "name": name, "latin": latin}, {}),
+                                 ({**VALUES, "name": None, "day": None, "tags": None},
+                                  {"name": "null", "day": source, "tags": source}),
+                                 (dict.fromkeys(VALUES), dict.fromkeys(VALUES, "null"))]:
+        assert renderer.image_json(values, none_sources) == json.dumps(
+            renderer.render(values, none_sources), ensure_ascii=False, separators=(",", ":"))
 
 
 def test_image_renderer_channel_zone() -> None:
