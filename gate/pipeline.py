@@ -13,8 +13,8 @@ import signal
 import threading
 import time
 from collections import deque
-from contextlib import ExitStack
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -37,7 +37,7 @@ from gate.writer import WriterPool
 log = logging.getLogger(__name__)
 
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
-JOB_BYTES = 256 * 1024  # raw row events per decoder job, at most (plus one event)
+JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
 
 
@@ -275,8 +275,9 @@ class Pipeline:
         order, until the rows before it are decoded. Applying ``ops`` in order numbers the rows, fills the
         writers' chunks and marks transaction boundaries for the checkpointer, as if decoded here."""
         instance = reader.server.address
-        ops: deque[tuple[Any, ...]] = deque()  # ("rows", job, index, timestamp) | ("begin",) | ("commit", Commit)
-        job: Job | None = None  # | ("statement", change, timestamp)
+        # ("rows", job, index in job, timestamp) | ("begin",) | ("commit", Commit) | ("statement", change, timestamp)
+        ops: deque[tuple[Any, ...]] = deque()
+        job: Job | None = None  # the job being filled, not yet sent
         job_stream: Any = None  # the stream the current job's events came from
         jobs = 0
         rows: list[DCRow] = []

@@ -1,4 +1,4 @@
-"""Child processes that must not outlive the process that started them."""
+"""gate's child processes (writers, decoders): their names in ps and top, and that they die with gate."""
 
 from __future__ import annotations
 
