@@ -1,6 +1,6 @@
 """The ``gate`` command line.
 
-Commands parse their options, call gate.channel, gate.preflight or gate.sandbox, and print the result
+Commands parse their options, call gate.admin.channel, gate.admin.preflight or gate.devtools.sandbox, and print the result
 as an aligned table, or as JSON with ``gate --json``. A :class:`GateError` becomes one ``error: ...``
 message on stderr and the error's exit status; never a traceback. New commands hang off :func:`main`
 (``@main.command()``) and get the loaded config through ``@pass_app``.
@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 import click
 import pymysql
 
-from gate import channel as channels
-from gate import failover
-from gate.config import Config, ServerConfig, check_identifier, load_config
-from gate.dc import GATE_VERSION
-from gate.errors import GateError, InvalidValue, NotConfirmed, PreflightFailed
-from gate.preflight import Problem, check_server, describe_failure
-from gate.sandbox import Sandbox, SandboxState
+from gate.admin import channel as channels
+from gate.capture import failover
+from gate.common.config import Config, ServerConfig, check_identifier, load_config
+from gate.common.dc import GATE_VERSION
+from gate.common.errors import GateError, InvalidValue, NotConfirmed, PreflightFailed
+from gate.admin.preflight import Problem, check_server, describe_failure
+from gate.devtools.sandbox import Sandbox, SandboxState
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -230,7 +230,7 @@ def load(app: App, db: str, transactions: int, seed: int) -> None:
     \b
         gate sandbox load --db shop --transactions 1000
     """
-    from gate.workload import RandomWorkload
+    from gate.devtools.workload import RandomWorkload
 
     check_identifier(db, "database name")
     box = _sandbox(app)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gate.client import OPTYPES, Change, Consumer
-from gate.config import check_identifier
-from gate.errors import InvalidValue
+from gate.consume.client import OPTYPES, Change, Consumer
+from gate.common.config import check_identifier
+from gate.common.errors import InvalidValue
 
 if TYPE_CHECKING:
     from gate.cli import App

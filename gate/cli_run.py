@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gate.config import check_identifier
-from gate.pipeline import Pipeline
-from gate.status import channel_status
+from gate.common.config import check_identifier
+from gate.capture.pipeline import Pipeline
+from gate.admin.status import channel_status
 
 if TYPE_CHECKING:
     from gate.cli import App

@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, MapType, StringType, StructField, StructType
 
-from gate.client import DML_OPTYPES
+from gate.consume.client import DML_OPTYPES
 from spark_readers.session import ChannelSource
 
 

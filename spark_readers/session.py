@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from gate.config import ServerConfig, check_identifier
+from gate.common.config import ServerConfig, check_identifier
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"

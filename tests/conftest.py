@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gate.cli import main
-from gate.sandbox import Sandbox
+from gate.devtools.sandbox import Sandbox
 from tests.replay import STARTED
 
 _names = itertools.count(1)

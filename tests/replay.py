@@ -15,11 +15,11 @@ from typing import Any
 
 import pymysql
 
-from gate.config import Secret, ServerConfig
-from gate.dc import ChannelSettings, connect, create_channel
-from gate.pipeline import Pipeline
-from gate.reader import current_position
-from gate.sandbox import MariaDBServer
+from gate.common.config import Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.capture.pipeline import Pipeline
+from gate.capture.reader import current_position
+from gate.devtools.sandbox import MariaDBServer
 
 
 def server_config(server: MariaDBServer) -> ServerConfig:

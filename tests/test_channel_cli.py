@@ -17,8 +17,8 @@ import pytest
 from click.testing import Result
 
 import dc_schema
-from gate.channel import default_server_id
-from gate.sandbox import Sandbox, free_port
+from gate.admin.channel import default_server_id
+from gate.devtools.sandbox import Sandbox, free_port
 
 Gate = Callable[..., Result]
 PASSWORD = "Zq9-distinctive-Pw!"  # must never appear in any output

@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli import main
-from gate.client import Change, Consumer, Cursor
-from gate.config import ChannelDefaults, Secret, ServerConfig
-from gate.dc import ChannelSettings, connect, create_channel
-from gate.errors import InvalidValue
-from gate.sandbox import Sandbox
-from gate.workload import RandomWorkload
+from gate.consume.client import Change, Consumer, Cursor
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.common.errors import InvalidValue
+from gate.devtools.sandbox import Sandbox
+from gate.devtools.workload import RandomWorkload
 from tests.replay import make_channel, running, server_config, wait_caught_up
 
 UTC = timezone.utc

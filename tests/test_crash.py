@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 
-from gate.config import ChannelDefaults
-from gate.sandbox import MariaDBServer, Sandbox
-from gate.workload import RandomWorkload
+from gate.common.config import ChannelDefaults
+from gate.devtools.sandbox import MariaDBServer, Sandbox
+from gate.devtools.workload import RandomWorkload
 from tests.replay import dc_rows, make_channel, running, start_gate, wait_caught_up, wait_running
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for gate.ddl: DDL text -> transfer_data payload."""
+"""Unit tests for gate.capture.ddl: DDL text -> transfer_data payload."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gate.ddl import DdlChange, parse_ddl
+from gate.capture.ddl import DdlChange, parse_ddl
 
 
 def col(name: str, data_type: str, nullable: str = "Yes", primary_key: str = "No") -> dict[str, str]:

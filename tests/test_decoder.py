@@ -7,10 +7,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gate.decoder import DecoderFailed, DecoderPool, Job, StreamFormat
-from gate.reader import BinlogReader, Commit, Idle, Rows, current_position
-from gate.sandbox import Sandbox
-from gate.translate import TableFilter, Translator
+from gate.capture.decoder import DecoderFailed, DecoderPool, Job, StreamFormat
+from gate.capture.reader import BinlogReader, Commit, Idle, Rows, current_position
+from gate.devtools.sandbox import Sandbox
+from gate.capture.translate import TableFilter, Translator
 from tests.replay import server_config
 
 

@@ -21,16 +21,16 @@ from click.testing import Result
 
 from scripts.bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
 from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
-from gate.channel import set_failover
-from gate.config import ChannelDefaults, Secret, ServerConfig
-from gate.dc import ChannelSettings, connect, read_resume, read_settings
-from gate import failover
-from gate.errors import ConnectionFailed, FailoverError, PreflightFailed
-from gate.failover import MARKER, PLANNED, _gtid_seqs, plan_switch, read_marker
-from gate.pipeline import Pipeline
-from gate.preflight import Problem, check_server, require_channel
-from gate.sandbox import MariaDBServer, Sandbox, free_port
-from gate.workload import RandomWorkload
+from gate.admin.channel import set_failover
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, read_resume, read_settings
+from gate.capture import failover
+from gate.common.errors import ConnectionFailed, FailoverError, PreflightFailed
+from gate.capture.failover import MARKER, PLANNED, _gtid_seqs, plan_switch, read_marker
+from gate.capture.pipeline import Pipeline
+from gate.admin.preflight import Problem, check_server, require_channel
+from gate.devtools.sandbox import MariaDBServer, Sandbox, free_port
+from gate.devtools.workload import RandomWorkload
 from tests.replay import (dc_rows, make_channel, replay, running, server_config, start_gate, table_contents,
                           wait_caught_up, wait_row, wait_running, wait_sampled)
 
@@ -269,7 +269,7 @@ def test_standby_lagging_at_the_switch(make_sandbox: Callable[..., Sandbox],
     dc = make_channel(box.dc, box.source, "lag", standby=server_config(box.standby), failover_mode=mode,
                       defaults=FAST)
     load = SteadyLoad(box, "shop")
-    caplog.set_level(logging.INFO, logger="gate.failover")
+    caplog.set_level(logging.INFO, logger="gate.capture.failover")
     with running(dc, "lag"):
         wait_sampled(box.dc, "lag")
         load.start()

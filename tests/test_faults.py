@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gate.config import ChannelDefaults
-from gate.errors import PositionPurged
-from gate.pipeline import Pipeline
-from gate.sandbox import MariaDBServer, Sandbox
-from gate.workload import RandomWorkload
+from gate.common.config import ChannelDefaults
+from gate.common.errors import PositionPurged
+from gate.capture.pipeline import Pipeline
+from gate.devtools.sandbox import MariaDBServer, Sandbox
+from gate.devtools.workload import RandomWorkload
 from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, start_gate,
                           table_contents, wait_caught_up, wait_running)
 

@@ -11,13 +11,13 @@ from collections.abc import Callable
 import pytest
 from click.testing import Result
 
-from gate.config import Secret, ServerConfig
-from gate.dc import ChannelSettings, connect, create_channel
-from gate.errors import GateError
-from gate.pipeline import Pipeline, describe_columns
-from gate.reader import SourceDown, current_position
-from gate.sandbox import Sandbox, free_port
-from gate.workload import RandomWorkload
+from gate.common.config import Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.common.errors import GateError
+from gate.capture.pipeline import Pipeline, describe_columns
+from gate.capture.reader import SourceDown, current_position
+from gate.devtools.sandbox import Sandbox, free_port
+from gate.devtools.workload import RandomWorkload
 from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, table_contents,
                           wait_caught_up)
 
@@ -46,7 +46,7 @@ def test_replay_of_random_workload_equals_source(sandbox: Sandbox, unique_name: 
 
 
 def _small_batches():  # type: ignore[no-untyped-def]
-    from gate.config import ChannelDefaults
+    from gate.common.config import ChannelDefaults
 
     return ChannelDefaults(batch_rows=7, writers=3)
 
@@ -123,7 +123,7 @@ def test_unparseable_ddl_still_yields_a_row(sandbox: Sandbox, unique_name: str) 
 
 def test_transaction_larger_than_a_batch_is_streamed_and_checkpointed_at_its_end(
         sandbox: Sandbox, unique_name: str) -> None:
-    from gate.config import ChannelDefaults
+    from gate.common.config import ChannelDefaults
 
     db = f"src_{unique_name}"
     with sandbox.source.connect() as conn, conn.cursor() as cur:

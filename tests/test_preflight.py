@@ -9,10 +9,10 @@ import pymysql
 import pytest
 from click.testing import Result
 
-from gate.config import Secret, ServerConfig
-from gate.errors import PreflightFailed
-from gate.preflight import Problem, check_server, require_server
-from gate.sandbox import Sandbox
+from gate.common.config import Secret, ServerConfig
+from gate.common.errors import PreflightFailed
+from gate.admin.preflight import Problem, check_server, require_server
+from gate.devtools.sandbox import Sandbox
 
 Gate = Callable[..., Result]
 WRONG_ARGS = ("--skip-log-bin", "--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL",

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gate.config import load_config
-from gate.sandbox import Sandbox, free_port
+from gate.common.config import load_config
+from gate.devtools.sandbox import Sandbox, free_port
 
 GATE = str(Path(sys.executable).parent / "gate")
 
@@ -120,7 +120,7 @@ def test_port_taken(config: Path) -> None:
 
 def test_tied_servers_die_with_their_parent(tmp_path: Path) -> None:
     """The test fixtures' servers never outlive a killed pytest."""
-    script = (f"from gate.sandbox import Sandbox; import sys, time\n"
+    script = (f"from gate.devtools.sandbox import Sandbox; import sys, time\n"
               f"box = Sandbox({str(tmp_path / 'sb')!r}, with_standby=False, tied_to_parent=True)\n"
               "box.up(); print(*(s.pid() for s in box.servers), flush=True); time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

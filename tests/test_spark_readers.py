@@ -15,9 +15,9 @@ from click.testing import Result
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from gate.config import ServerConfig
-from gate.sandbox import Sandbox
-from gate.workload import TABLE_DDL, RandomWorkload
+from gate.common.config import ServerConfig
+from gate.devtools.sandbox import Sandbox
+from gate.devtools.workload import TABLE_DDL, RandomWorkload
 from spark_readers.load import CURSOR_FILE, Increment, LoadError, load, read_increments
 from spark_readers.materialise import MaterialiseError, column_default, materialise
 from spark_readers.measure import measure
@@ -62,7 +62,7 @@ def history(sandbox: Sandbox, spark: SparkSession, tmp_path_factory: pytest.Temp
 
 
 def dc_rows(source: ChannelSource) -> list[tuple[Any, ...]]:
-    from gate.dc import connect
+    from gate.common.dc import connect
 
     with connect(source.dc, "DC", source.channel) as conn, conn.cursor() as cur:
         cur.execute("SELECT id, tid, dbname, tablename, UNIX_TIMESTAMP(create_time), instance_name, optype, data "

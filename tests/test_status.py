@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 
 from click.testing import Result
 
-from gate.config import ChannelDefaults
-from gate.failover import PLANNED
-from gate.sandbox import Sandbox
+from gate.common.config import ChannelDefaults
+from gate.capture.failover import PLANNED
+from gate.devtools.sandbox import Sandbox
 from tests.replay import make_channel, running, server_config, wait_caught_up, wait_sampled
 
 Gate = Callable[..., Result]

@@ -1,4 +1,4 @@
-"""Unit tests of gate.values: exact texts, as MariaDB 10.11 shows them (checked against the server in
+"""Unit tests of gate.capture.values: exact texts, as MariaDB 10.11 shows them (checked against the server in
 tests/test_type_matrix.py), from the values python-mysql-replication 1.0.17 hands over."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE as T
 from pymysqlreplication.row_event import RowsEvent
 
-from gate.values import (
+from gate.capture.values import (
     ImageRenderer,
     correct_negative_time2,
     datetime_renderer,

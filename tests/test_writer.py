@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gate.dc import ChannelSettings, connect, create_channel
-from gate.sandbox import Sandbox
-from gate.writer import MAX_STATEMENT, _dc_session, _write, insert_statements
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.devtools.sandbox import Sandbox
+from gate.capture.writer import MAX_STATEMENT, _dc_session, _write, insert_statements
 from tests.replay import server_config
 
 AWKWARD = ["", "'", "''", "\\", "\\'", "\\\\0", "\0", "a\0b", "\n\r\t\x1a", '"', "é🚀", "%s", "{}", "?", "`x`;",

@@ -5,7 +5,7 @@
 Everything runs on private sandbox servers (a source and a DC) started in a temporary folder and
 stopped at the end. For each workload the source is loaded first; then the same binlog range is
 read twice: by a bare python-mysql-replication BinLogStreamReader (the baseline, in this process)
-and by gate (a separate process, scripts/bench/gate_runner.py, running gate.pipeline.Pipeline on a channel
+and by gate (a separate process, scripts/bench/gate_runner.py, running gate.capture.pipeline.Pipeline on a channel
 whose start position is the workload's first position). See scripts/bench/README.md for the figures.
 
 Workloads:
@@ -42,9 +42,9 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.config import ChannelDefaults, Secret, ServerConfig
-from gate.dc import ChannelSettings, connect, create_channel
-from gate.sandbox import MariaDBServer, Sandbox
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.devtools.sandbox import MariaDBServer, Sandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
 RUNNER = BENCH_DIR / "gate_runner.py"
@@ -265,7 +265,7 @@ def _role(proc: psutil.Process, main_pid: int) -> str:
         name, cmd = proc.name(), " ".join(proc.cmdline())
     except psutil.Error:
         return "other"
-    if name in ("gate-writer", "gate-decoder"):  # gate.process.name_process
+    if name in ("gate-writer", "gate-decoder"):  # gate.common.process.name_process
         return name[5:]
     if "resource_tracker" in cmd:
         return "resource_tracker"

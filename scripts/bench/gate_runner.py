@@ -25,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-import gate.decoder
-import gate.writer
-from gate.config import Secret, ServerConfig
+import gate.capture.decoder
+import gate.capture.writer
+from gate.common.config import Secret, ServerConfig
 
-_ORIGINAL = {"writer": gate.writer._writer_main, "decoder": gate.decoder._decoder_main}
+_ORIGINAL = {"writer": gate.capture.writer._writer_main, "decoder": gate.capture.decoder._decoder_main}
 _PROFILE_ENV = "GATE_BENCH_PROFILE_DIR"
 
 
@@ -63,13 +63,13 @@ def main() -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from gate.pipeline import Pipeline
+    from gate.capture.pipeline import Pipeline
 
     if args.profile_dir:
         Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
         os.environ[_PROFILE_ENV] = str(Path(args.profile_dir).resolve())  # inherited by the children
-        gate.writer._writer_main = _profiled_writer_main  # type: ignore[assignment]
-        gate.decoder._decoder_main = _profiled_decoder_main  # type: ignore[assignment]
+        gate.capture.writer._writer_main = _profiled_writer_main  # type: ignore[assignment]
+        gate.capture.decoder._decoder_main = _profiled_decoder_main  # type: ignore[assignment]
 
     dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""))
     pipeline = Pipeline(dc, args.channel, preflight=not args.no_preflight)

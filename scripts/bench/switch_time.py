@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pymysql
 
-from gate.config import ChannelDefaults, Secret, ServerConfig
-from gate.dc import ChannelSettings, ResumeState, connect, create_channel, write_resume
-from gate.pipeline import Pipeline
-from gate.reader import current_position
-from gate.sandbox import MariaDBServer, Sandbox
-from gate.workload import RandomWorkload
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import ChannelSettings, ResumeState, connect, create_channel, write_resume
+from gate.capture.pipeline import Pipeline
+from gate.capture.reader import current_position
+from gate.devtools.sandbox import MariaDBServer, Sandbox
+from gate.devtools.workload import RandomWorkload
 
 CHANNEL = "switch_time"
 LOAD_DB = "switch_load"  # random transactions on the source

@@ -39,9 +39,9 @@ from typing import Any
 
 import pymysql
 
-from gate.config import ServerConfig, check_identifier
-from gate.dc import connect
-from gate.errors import InvalidValue
+from gate.common.config import ServerConfig, check_identifier
+from gate.common.dc import connect
+from gate.common.errors import InvalidValue
 
 DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
 OPTYPES = DML_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from gate.dc import ResumeState, write_resume
-from gate.failover import clear_marker
+from gate.common.dc import ResumeState, write_resume
+from gate.capture.failover import clear_marker
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pymysql
 
-from gate.errors import SandboxError
-from gate.process import die_with_parent
+from gate.common.errors import SandboxError
+from gate.common.process import die_with_parent
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"

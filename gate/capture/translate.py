@@ -15,9 +15,9 @@ from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
 
-from gate.ddl import ColumnDescriber, parse_ddl
-from gate.reader import Rows, Statement
-from gate.values import BinaryFormat, ImageRenderer
+from gate.capture.ddl import ColumnDescriber, parse_ddl
+from gate.capture.reader import Rows, Statement
+from gate.capture.values import BinaryFormat, ImageRenderer
 
 log = logging.getLogger(__name__)
 

@@ -21,18 +21,18 @@ from zoneinfo import ZoneInfo
 
 import pymysql
 
-from gate.checkpoint import Checkpointer
-from gate.config import ServerConfig
-from gate.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
-from gate.ddl import ColumnDescriber
-from gate.decoder import DecoderPool, Job, StreamFormat
-from gate.errors import ConnectionFailed, DrainAbandoned, GateError
-from gate.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
-from gate.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
+from gate.capture.checkpoint import Checkpointer
+from gate.common.config import ServerConfig
+from gate.common.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
+from gate.capture.ddl import ColumnDescriber
+from gate.capture.decoder import DecoderPool, Job, StreamFormat
+from gate.common.errors import ConnectionFailed, DrainAbandoned, GateError
+from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
+from gate.capture.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
                          current_position)
-from gate.sequencer import DCRow, Sequencer
-from gate.translate import TableFilter, Translator
-from gate.writer import WriterPool
+from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.translate import TableFilter, Translator
+from gate.capture.writer import WriterPool
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class Pipeline:
         while True:
             settings = read_settings(self._ctl_conn(), self.channel)
             if self.preflight:
-                from gate.preflight import require_channel
+                from gate.admin.preflight import require_channel
 
                 for problem in require_channel(settings):
                     log.warning("preflight: %s", problem)

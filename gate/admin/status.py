@@ -7,9 +7,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gate.config import ServerConfig
-from gate.dc import connect, q, read_resume, read_settings
-from gate.errors import GateError
+from gate.common.config import ServerConfig
+from gate.common.dc import connect, q, read_resume, read_settings
+from gate.common.errors import GateError
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 import pymysql
 
 import dc_schema
-from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier
-from gate.errors import ChannelExists, ChannelNotFound, ConnectionFailed, SchemaVersionError
+from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier
+from gate.common.errors import ChannelExists, ChannelNotFound, ConnectionFailed, SchemaVersionError
 
 GATE_VERSION = "0.1.0"
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pymysql
 
-from gate.config import ServerConfig
-from gate.dc import connect, q
-from gate.errors import ConnectionFailed, DrainAbandoned, GateError
-from gate.process import die_with_multiprocessing_parent, name_process
-from gate.sequencer import DCRow
+from gate.common.config import ServerConfig
+from gate.common.dc import connect, q
+from gate.common.errors import ConnectionFailed, DrainAbandoned, GateError
+from gate.common.process import die_with_multiprocessing_parent, name_process
+from gate.capture.sequencer import DCRow
 
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
           "VALUES ")

@@ -30,9 +30,9 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.config import ServerConfig
-from gate.errors import ConnectionFailed, PositionPurged, StreamLost
-from gate.values import fix_library_charsets
+from gate.common.config import ServerConfig
+from gate.common.errors import ConnectionFailed, PositionPurged, StreamLost
+from gate.capture.values import fix_library_charsets
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def _gtid_state(gtid_pos: str | None) -> dict[str, str]:
 
 def binlog_files(server: ServerConfig) -> list[str]:
     """SHOW BINARY LOGS of a server, oldest first."""
-    from gate.dc import connect  # local import: dc imports config only, no cycle at module load
+    from gate.common.dc import connect  # local import: dc imports config only, no cycle at module load
 
     with connect(server, "source") as conn, conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
@@ -148,7 +148,7 @@ def binlog_files(server: ServerConfig) -> list[str]:
 
 def current_position(server: ServerConfig) -> Position:
     """The server's binlog end right now ('now' as a start position)."""
-    from gate.dc import connect
+    from gate.common.dc import connect
 
     with connect(server, "source") as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from gate.errors import ConfigError, InvalidIdentifier, InvalidValue
+from gate.common.errors import ConfigError, InvalidIdentifier, InvalidValue
 
 DEFAULT_CONFIG = Path("config.yaml")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import pymysql
 
-from gate.config import ServerConfig
-from gate.dc import ChannelSettings, connect
-from gate.errors import ConnectionFailed, PreflightFailed
+from gate.common.config import ServerConfig
+from gate.common.dc import ChannelSettings, connect
+from gate.common.errors import ConnectionFailed, PreflightFailed
 
 # setting -> value gate needs; each can be changed at run time and kept in my.cnf
 _DYNAMIC = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}

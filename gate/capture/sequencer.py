@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from gate.translate import Change
+from gate.capture.translate import Change
 
 DCRow = tuple[int, int, str, str, str, str, str, str]
 """id, tid, dbname, tablename, create_time (UTC text), instance_name, optype, data."""

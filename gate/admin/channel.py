@@ -15,13 +15,14 @@ from typing import Any
 import pymysql
 
 import dc_schema
-from gate import dc, failover
-from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier, parse_address
-from gate.dc import ChannelSettings, ResumeState
-from gate.errors import InvalidIdentifier, InvalidValue
-from gate.pipeline import ChannelBusy
-from gate.preflight import Problem, check_server, require_server
-from gate.reader import binlog_files, current_position
+from gate.common import dc
+from gate.capture import failover
+from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier, parse_address
+from gate.common.dc import ChannelSettings, ResumeState
+from gate.common.errors import InvalidIdentifier, InvalidValue
+from gate.capture.pipeline import ChannelBusy
+from gate.admin.preflight import Problem, check_server, require_server
+from gate.capture.reader import binlog_files, current_position
 
 SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
 MAX_SERVER_ID = 2**32 - 1

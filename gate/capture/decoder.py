@@ -3,7 +3,7 @@
 python-mysql-replication decodes a row event's rows only when they are first asked for, and that
 decoding is most of the reader's cost. The reader's process never asks: it puts each captured row
 event's raw packet, with a pickled copy of its table map, into a :class:`Job`, and a decoder process
-rebuilds the event and translates it with the same :class:`~gate.translate.Translator` gate uses
+rebuilds the event and translates it with the same :class:`~gate.capture.translate.Translator` gate uses
 everywhere. Jobs come back in any order; the pipeline applies them in binlog order. So decoding runs
 on another core than reading and writing, which the GIL would otherwise serialise.
 """
@@ -23,11 +23,11 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.errors import GateError
-from gate.process import die_with_multiprocessing_parent, name_process
-from gate.reader import Rows
-from gate.translate import Change, TableFilter, Translator
-from gate.values import BinaryFormat, fix_library_charsets
+from gate.common.errors import GateError
+from gate.common.process import die_with_multiprocessing_parent, name_process
+from gate.capture.reader import Rows
+from gate.capture.translate import Change, TableFilter, Translator
+from gate.capture.values import BinaryFormat, fix_library_charsets
 
 _CTX = mp.get_context("spawn")
 _ROW_EVENTS = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})

@@ -1,0 +1,1 @@
+"""Administration of channels: create and change them, preflight checks, live status."""

@@ -1,0 +1,1 @@
+"""Development and demo tools (never used by a running channel): sandbox servers and workloads."""
