@@ -62,6 +62,11 @@ class Checkpointer:
     def pending(self) -> int:
         return len(self._chunks)
 
+    @property
+    def target(self) -> ResumeState | None:
+        """The newest boundary every chunk up to which is committed, not yet stored."""
+        return self._target
+
     def due(self) -> bool:
         return self._target is not None and time.monotonic() - self._written_at >= self.interval
 

@@ -12,11 +12,9 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import pymysql
@@ -25,19 +23,18 @@ from gate.capture.checkpoint import Checkpointer
 from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
 from gate.capture.ddl import ColumnDescriber
-from gate.capture.decoder import DecoderPool, Job, StreamFormat
+from gate.capture.decoder import DecoderPool
 from gate.common.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
 from gate.capture.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
                          current_position)
+from gate.capture.ordering import Ordering
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.translate import TableFilter, Translator
 from gate.capture.writer import WriterPool
 
 log = logging.getLogger(__name__)
 
-FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
-JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
 
 
@@ -271,102 +268,36 @@ class Pipeline:
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int) -> None:
-        """Read items; row events go to the decoders in jobs, everything else waits in ``ops``, in binlog
-        order, until the rows before it are decoded. Applying ``ops`` in order numbers the rows, fills the
-        writers' chunks and marks transaction boundaries for the checkpointer, as if decoded here."""
-        instance = reader.server.address
-        # ("rows", job, index in job, timestamp) | ("begin",) | ("commit", Commit) | ("statement", change, timestamp)
-        ops: deque[tuple[Any, ...]] = deque()
-        job: Job | None = None  # the job being filled, not yet sent
-        job_stream: Any = None  # the stream the current job's events came from
-        jobs = 0
-        rows: list[DCRow] = []
-        boundary: ResumeState | None = None
-        chunk_no = 0
-        chunk_since = time.monotonic()
-        next_progress = chunk_since + PROGRESS_EVERY
-        logged = checkpointer.state
+        """Read items into the ordering (row events of captured tables, transaction ends, translated
+        statements); its chunks go to the writers and its boundaries to the checkpointer."""
 
-        def send() -> None:
-            nonlocal job
-            if job is not None:
-                decoders.submit(job)
-                job = None
-
-        def flush() -> None:
-            nonlocal rows, boundary, chunk_no
-            if not rows and boundary is None:
-                return
-            chunk_no += 1
+        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None) -> None:
             checkpointer.add(chunk_no, boundary, bool(rows))
             if rows:
                 pool.submit(chunk_no, rows)
             self.stats.rows += len(rows)
-            rows, boundary = [], None
 
-        def apply(wait: bool) -> None:
-            """Apply ``ops`` from the front while their rows are decoded; with ``wait``, all of them."""
-            nonlocal boundary, chunk_since
-            decoders.collect()
-            while ops:
-                op = ops[0]
-                kind = op[0]
-                if kind == "rows":
-                    decoded = op[1].result
-                    if decoded is None:
-                        if not wait:
-                            return
-                        if op[1] is job:
-                            send()
-                        decoders.collect(timeout=0.5)
-                        continue
-                    if not rows:
-                        chunk_since = time.monotonic()
-                    rows.extend(sequencer.number(decoded[op[2]], op[3]))
-                    if len(rows) >= batch_rows:
-                        flush()
-                elif kind == "begin":
-                    sequencer.begin()
-                elif kind == "commit":
-                    pos = op[1].position
-                    boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
-                                           instance, op[1].timestamp)
-                    if time.monotonic() - chunk_since >= FLUSH_AFTER:
-                        flush()
-                        chunk_since = time.monotonic()
-                else:  # statement
-                    rows.extend(sequencer.number([op[1]], op[2]))
-                ops.popleft()
-
+        ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows)
+        next_progress = time.monotonic() + PROGRESS_EVERY
+        logged = checkpointer.state
         for item in items:
             kind = type(item)
             if kind is Rows:
-                event = item.event
-                if translator.filter.passes(event.schema, event.table):
-                    if job is not None and job_stream is not reader.stream:
-                        send()  # reconnected: the new stream's events are rebuilt with its own format
-                    if job is None:
-                        jobs += 1
-                        job, job_stream = Job(jobs, StreamFormat.of(reader.stream)), reader.stream
-                    ops.append(("rows", job, job.add(item), event.timestamp))
-                    if job.nbytes >= JOB_BYTES:
-                        send()
+                if translator.filter.passes(item.event.schema, item.event.table):
+                    ordering.rows(item, reader.stream)
             elif kind is Begin:
-                ops.append(("begin",))
+                ordering.begin()
             elif kind is Commit:
                 self.stats.transactions += 1
-                ops.append(("commit", item))
-                if job is not None and time.monotonic() - job.started >= FLUSH_AFTER:
-                    send()
+                ordering.commit(item)
             elif kind is Statement:
                 change = translator.statement(item)
                 if change is not None:
-                    ops.append(("statement", change, item.timestamp))
+                    ordering.statement(change, item.timestamp)
             if kind is Idle:
-                apply(wait=True)
-                flush()
+                ordering.drain()
             else:
-                apply(wait=False)
+                ordering.apply()
             if pool.in_flight:
                 checkpointer.committed(pool.acks())
             if checkpointer.due():
@@ -380,8 +311,7 @@ class Pipeline:
                 log.info("checkpoint id=%d tid=%d at %s:%s; %d rows in %.0f s",
                          state.id, state.tid, state.log_file, state.log_pos, self.stats.rows,
                          now - self.stats.started)
-        apply(wait=True)
-        flush()
+        ordering.drain()
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         try:

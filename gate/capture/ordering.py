@@ -1,0 +1,188 @@
+"""Ordering: puts decoded row events back in binlog order with everything between them, and numbers them.
+
+The reader's process sends row events to decoder processes in jobs, and jobs finish in any order.
+Everything else the binlog carries (a transaction's start and end, DDL statements) waits here, in
+binlog order, in a queue of operations behind the row events read before it. The queue is applied
+from its front, only as far as its row events are decoded: that numbers the rows (the sequencer),
+cuts them into chunks for the writers and marks each transaction's end for the checkpointer,
+exactly as if every event had been decoded where it was read.
+
+This is the one place where ids, tids and checkpoint boundaries meet binlog order. Its rules:
+
+- a chunk's rows are in id order, and chunk numbers follow id order;
+- a boundary (the id, tid and binlog position after a transaction) is attached to the chunk that
+  holds the transaction's last row, or to the next chunk when it has none, never to an earlier one;
+- a chunk is emitted when a row event brings it to ``batch_rows`` rows or more, or at a transaction's end once its first
+  row has waited ``flush_after`` seconds, or when the caller flushes (the source is idle, or stop).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gate.capture.decoder import Job, StreamFormat
+from gate.capture.reader import Commit, Position, Rows
+from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.translate import Change
+from gate.common.dc import ResumeState
+
+FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
+JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
+
+
+@dataclass(slots=True)
+class RowsOp:
+    """The ``index``-th row event of ``job``: its rows, once decoded."""
+
+    job: Job
+    index: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class BeginOp:
+    """A transaction starts: its first row takes a new tid."""
+
+
+@dataclass(slots=True)
+class CommitOp:
+    """A transaction ended; reading resumes at ``position`` after it."""
+
+    position: Position
+    timestamp: int
+
+
+@dataclass(slots=True)
+class StatementOp:
+    """A DDL statement's row, translated when it was read."""
+
+    change: Change
+    timestamp: int
+
+
+Op = RowsOp | BeginOp | CommitOp | StatementOp
+
+
+class Decoding(Protocol):
+    """What the ordering needs of the decoder pool."""
+
+    def submit(self, job: Job) -> None: ...
+
+    def collect(self, timeout: float = 0.0) -> None: ...
+
+
+Emit = Callable[[int, list[DCRow], ResumeState | None], None]
+"""Receives each chunk: its number, its rows (possibly none) and the last transaction boundary in it."""
+
+
+class Ordering:
+    """Items in binlog order in (:meth:`rows`, :meth:`begin`, :meth:`commit`, :meth:`statement`),
+    numbered chunks with their boundaries out, through ``emit``."""
+
+    def __init__(self, sequencer: Sequencer, instance: str, decoders: Decoding, emit: Emit, batch_rows: int,
+                 job_format: Callable[[Any], StreamFormat] = StreamFormat.of, flush_after: float = FLUSH_AFTER,
+                 job_bytes: int = JOB_BYTES) -> None:
+        self.sequencer = sequencer
+        self.instance = instance
+        self.decoders = decoders
+        self.emit = emit
+        self.batch_rows = batch_rows
+        self.job_format = job_format
+        self.flush_after = flush_after
+        self.job_bytes = job_bytes
+        self._ops: deque[Op] = deque()
+        self._job: Job | None = None  # the job being filled, not yet sent
+        self._job_stream: Any = None  # the library stream its events came from
+        self._jobs = 0
+        self._rows: list[DCRow] = []
+        self._boundary: ResumeState | None = None
+        self._chunks = 0
+        self._chunk_since = time.monotonic()
+
+    @property
+    def waiting(self) -> int:
+        """Operations not applied yet."""
+        return len(self._ops)
+
+    # --- input, in binlog order ---------------------------------------------------------------
+
+    def rows(self, item: Rows, stream: Any) -> None:
+        """A captured row event read from ``stream`` (after a reconnect, a new stream: a new job)."""
+        if self._job is not None and self._job_stream is not stream:
+            self._send()
+        if self._job is None:
+            self._jobs += 1
+            self._job, self._job_stream = Job(self._jobs, self.job_format(stream)), stream
+        self._ops.append(RowsOp(self._job, self._job.add(item), item.event.timestamp))
+        if self._job.nbytes >= self.job_bytes:
+            self._send()
+
+    def begin(self) -> None:
+        self._ops.append(BeginOp())
+
+    def commit(self, item: Commit) -> None:
+        self._ops.append(CommitOp(item.position, item.timestamp))
+        if self._job is not None and time.monotonic() - self._job.started >= self.flush_after:
+            self._send()
+
+    def statement(self, change: Change, timestamp: int) -> None:
+        self._ops.append(StatementOp(change, timestamp))
+
+    # --- output --------------------------------------------------------------------------------
+
+    def apply(self, wait: bool = False) -> None:
+        """Apply operations from the front while their rows are decoded; with ``wait``, all of them."""
+        self.decoders.collect()
+        ops, sequencer = self._ops, self.sequencer
+        while ops:
+            op = ops[0]
+            if type(op) is RowsOp:
+                decoded = op.job.result
+                if decoded is None:
+                    if not wait:
+                        return
+                    if op.job is self._job:
+                        self._send()
+                    self.decoders.collect(timeout=0.5)
+                    continue
+                if not self._rows:
+                    self._chunk_since = time.monotonic()
+                self._rows.extend(sequencer.number(decoded[op.index], op.timestamp))
+                if len(self._rows) >= self.batch_rows:
+                    self.flush()
+            elif type(op) is BeginOp:
+                sequencer.begin()
+            elif type(op) is CommitOp:
+                pos = op.position
+                self._boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
+                                             self.instance, op.timestamp)
+                if time.monotonic() - self._chunk_since >= self.flush_after:
+                    self.flush()
+                    self._chunk_since = time.monotonic()
+            else:
+                assert type(op) is StatementOp
+                self._rows.extend(sequencer.number([op.change], op.timestamp))
+            ops.popleft()
+
+    def flush(self) -> None:
+        """Emit the rows and boundary gathered so far as a chunk (nothing when there are neither)."""
+        if not self._rows and self._boundary is None:
+            return
+        self._chunks += 1
+        rows, boundary = self._rows, self._boundary
+        self._rows, self._boundary = [], None
+        self.emit(self._chunks, rows, boundary)
+
+    def drain(self) -> None:
+        """Apply every operation and emit the last chunk: all that was read is now numbered."""
+        self.apply(wait=True)
+        self.flush()
+
+    def _send(self) -> None:
+        if self._job is not None:
+            self.decoders.submit(self._job)
+            self._job = None

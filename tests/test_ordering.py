@@ -1,0 +1,236 @@
+"""The ordering engine, the checkpointer and the sequencer without a server: binlog order in, numbered
+chunks and checkpoint boundaries out, whatever order the decoders finish in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gate.capture.checkpoint import Checkpointer
+from gate.capture.decoder import Job
+from gate.capture.ordering import Ordering
+from gate.capture.reader import Begin, Commit, Idle, Item, Position, Rows, Statement
+from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.translate import Change
+from gate.common.dc import ResumeState
+
+TABLE = SimpleNamespace(table_id=7)  # stands for the library's Table; the ordering only carries it
+
+
+def row_event(name: str, rows: int, timestamp: int = 1_700_000_000) -> Rows:
+    """A row event whose raw bytes name it; :class:`FakeDecoders` turns it into ``rows`` changes."""
+    raw = f"{name}:{rows}".encode()
+    event = SimpleNamespace(table_id=7, table_map={7: TABLE}, packet=SimpleNamespace(packet=SimpleNamespace(_data=raw)),
+                            timestamp=timestamp, schema="db", table="t")
+    return Rows("INSERT", event)
+
+
+def decode(raw: bytes) -> list[Change]:
+    name, count = raw.decode().split(":")
+    return [("db", "t", "INSERT", f'{{"NEW":["{name}.{n}"]}}') for n in range(int(count))]
+
+
+@dataclass
+class FakeDecoders:
+    """Decodes submitted jobs when told to, newest first when ``reverse`` (out-of-order completion)."""
+
+    reverse: bool = False
+    hold: bool = False  # keep jobs undecoded until release()
+    submitted: list[Job] = field(default_factory=list)
+    pending: list[Job] = field(default_factory=list)
+
+    def submit(self, job: Job) -> None:
+        self.submitted.append(job)
+        self.pending.append(job)
+
+    def collect(self, timeout: float = 0.0) -> None:
+        if self.hold and not timeout:
+            return
+        self.release()
+
+    def release(self) -> None:
+        for job in reversed(self.pending) if self.reverse else list(self.pending):
+            job.result = [decode(raw) for _optype, _table, raw in job.events]
+        self.pending.clear()
+
+
+@dataclass
+class Chunks:
+    """What the ordering emitted: (chunk number, row ids, tids, row data, boundary id/tid/position)."""
+
+    got: list[tuple[int, list[DCRow], ResumeState | None]] = field(default_factory=list)
+
+    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None) -> None:
+        self.got.append((no, rows, boundary))
+
+    @property
+    def rows(self) -> list[tuple[int, int, str]]:
+        return [(r[0], r[1], r[7]) for _no, rows, _b in self.got for r in rows]
+
+    @property
+    def boundaries(self) -> list[tuple[int, int, int | None]]:
+        return [(b.id, b.tid, b.log_pos) for _no, _rows, b in self.got if b is not None]
+
+
+def commit(pos: int) -> Commit:
+    return Commit(Position("bin.000001", pos, None), 1_700_000_000)
+
+
+def feed(ordering: Ordering, items: list[Item], stream: Any = "stream-1") -> None:
+    """What the pipeline's loop does with each item."""
+    for item in items:
+        if type(item) is Rows:
+            ordering.rows(item, stream)
+        elif type(item) is Begin:
+            ordering.begin()
+        elif type(item) is Commit:
+            ordering.commit(item)
+        elif type(item) is Statement:
+            ordering.statement(("db", "t", "ALTERTABLE", f'{{"sql":"{item.sql}"}}'), item.timestamp)
+        ordering.apply()
+
+
+def make(decoders: FakeDecoders, batch_rows: int = 1000, job_bytes: int = 1 << 20,
+         last_id: int = 0, last_tid: int = 0) -> tuple[Ordering, Chunks]:
+    chunks = Chunks()
+    ordering = Ordering(Sequencer(last_id, last_tid, "src:3306"), "src:3306", decoders, chunks, batch_rows,
+                        job_format=lambda stream: stream, flush_after=3600.0, job_bytes=job_bytes)
+    return ordering, chunks
+
+
+BEGIN = Begin(1_700_000_000, 1, None)
+# three transactions: two row events, a DDL statement, one row event
+WORKLOAD: list[Item] = [
+    BEGIN, row_event("a", 2), row_event("b", 1), commit(100),
+    BEGIN, Statement("db", "ALTER TABLE t ADD c INT", 1_700_000_000), commit(200),
+    BEGIN, row_event("c", 3), commit(300),
+]
+EXPECTED_ROWS = [
+    (1, 1, '{"NEW":["a.0"]}'), (2, 1, '{"NEW":["a.1"]}'), (3, 1, '{"NEW":["b.0"]}'),
+    (4, 2, '{"sql":"ALTER TABLE t ADD c INT"}'),
+    (5, 3, '{"NEW":["c.0"]}'), (6, 3, '{"NEW":["c.1"]}'), (7, 3, '{"NEW":["c.2"]}'),
+]
+
+
+def test_in_order_decoding_numbers_rows_in_binlog_order_with_one_boundary_per_transaction() -> None:
+    ordering, chunks = make(FakeDecoders())
+    feed(ordering, WORKLOAD)
+    ordering.drain()
+    assert chunks.rows == EXPECTED_ROWS
+    assert chunks.boundaries == [(7, 3, 300)]  # one chunk: the newest boundary in it
+    assert [no for no, _r, _b in chunks.got] == [1]
+
+
+@pytest.mark.parametrize("job_bytes", [1, 8, 1 << 20])
+def test_out_of_order_decoding_gives_the_same_rows_as_in_order(job_bytes: int) -> None:
+    """Jobs finish newest first and only when the ordering waits: ids, tids and data do not change."""
+    decoders = FakeDecoders(reverse=True, hold=True)
+    ordering, chunks = make(decoders, job_bytes=job_bytes)
+    feed(ordering, WORKLOAD)
+    assert chunks.rows == []  # nothing decoded yet: nothing numbered, not even the statement behind the rows
+    ordering.drain()
+    assert chunks.rows == EXPECTED_ROWS
+    assert chunks.boundaries[-1] == (7, 3, 300)
+    if job_bytes == 1:
+        assert len(decoders.submitted) == 3  # one job per row event
+
+
+def test_a_statement_behind_undecoded_rows_waits_for_them() -> None:
+    decoders = FakeDecoders(hold=True)
+    ordering, chunks = make(decoders)
+    feed(ordering, WORKLOAD[:7])  # transaction 1 (rows) and transaction 2 (statement)
+    assert ordering.waiting == 6 and chunks.got == []  # all but the first BEGIN wait
+    ordering.drain()
+    assert chunks.rows == EXPECTED_ROWS[:4]
+    assert chunks.boundaries == [(4, 2, 200)]
+
+
+def test_a_transaction_larger_than_a_chunk_has_its_boundary_only_in_its_last_chunk() -> None:
+    ordering, chunks = make(FakeDecoders(), batch_rows=2)
+    big = [row_event(f"big{n}", 1) for n in range(5)]
+    feed(ordering, [BEGIN, *big, commit(100), BEGIN, row_event("next", 1), commit(200)])
+    ordering.drain()
+    # the second transaction's row fills chunk 3, which carries the first one's boundary; its own
+    # boundary comes in a chunk without rows
+    assert [[r[0] for r in rows] for _no, rows, _b in chunks.got] == [[1, 2], [3, 4], [5, 6], []]
+    assert [b and (b.id, b.tid) for _no, _rows, b in chunks.got] == [None, None, (5, 1), (6, 2)]
+
+
+def test_a_chunk_full_before_the_commit_is_emitted_without_that_transactions_boundary() -> None:
+    ordering, chunks = make(FakeDecoders(), batch_rows=3)
+    feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 2), row_event("c", 1), commit(200)])
+    ordering.drain()
+    # chunk 1 holds a.0 and b.0, b.1 (full): it carries transaction 1's boundary only
+    assert [(no, [r[0] for r in rows], b and b.id) for no, rows, b in chunks.got] == [(1, [1, 2, 3], 1), (2, [4], 4)]
+
+
+def test_a_transaction_with_no_captured_change_takes_no_tid_but_moves_the_boundary() -> None:
+    ordering, chunks = make(FakeDecoders(), last_id=10, last_tid=4)
+    feed(ordering, [BEGIN, commit(100), BEGIN, row_event("a", 1), commit(200), BEGIN, commit(300)])
+    ordering.drain()
+    assert chunks.rows == [(11, 5, '{"NEW":["a.0"]}')]
+    assert chunks.boundaries == [(11, 5, 300)]
+
+
+def test_a_reconnect_starts_a_new_job_for_the_new_stream() -> None:
+    """Events of a new stream are rebuilt with that stream's format: never mixed into one job."""
+    decoders = FakeDecoders()
+    ordering, chunks = make(decoders)
+    feed(ordering, [BEGIN, row_event("a", 1)], stream="stream-1")
+    feed(ordering, [row_event("b", 1), commit(100)], stream="stream-2")
+    ordering.drain()
+    assert [job.fmt for job in decoders.submitted] == ["stream-1", "stream-2"]
+    assert chunks.rows == [(1, 1, '{"NEW":["a.0"]}'), (2, 1, '{"NEW":["b.0"]}')]
+
+
+def test_idle_without_anything_read_emits_nothing() -> None:
+    ordering, chunks = make(FakeDecoders())
+    feed(ordering, [Idle()])
+    ordering.drain()
+    assert chunks.got == []
+
+
+# --- checkpointer -------------------------------------------------------------------------------
+
+def state(id_: int) -> ResumeState:
+    return ResumeState(id_, id_, "bin.000001", id_ * 10, None, "src:3306", 0)
+
+
+def test_checkpointer_reaches_only_the_contiguous_prefix_of_committed_chunks() -> None:
+    cp = Checkpointer("ch", state(0), interval=0.0)
+    cp.add(1, state(1), has_rows=True)
+    cp.add(2, None, has_rows=True)
+    cp.add(3, state(3), has_rows=True)
+    cp.committed([3])
+    assert cp.target is None and not cp.due()  # chunk 1 is not committed: nothing is reachable
+    cp.committed([1])
+    assert cp.target == state(1)  # chunk 2 (no boundary) still holds back chunk 3's
+    cp.committed([2])
+    assert cp.target == state(3) and cp.pending == 0
+
+
+def test_checkpointer_counts_a_chunk_without_rows_as_committed() -> None:
+    cp = Checkpointer("ch", state(0), interval=0.0)
+    cp.add(1, state(1), has_rows=True)
+    cp.add(2, state(2), has_rows=False)  # a boundary alone (a filtered transaction)
+    assert cp.target is None
+    cp.committed([1])
+    assert cp.target == state(2) and cp.due()
+
+
+# --- sequencer ----------------------------------------------------------------------------------
+
+def test_sequencer_gives_gap_free_ids_and_one_tid_per_transaction_with_changes() -> None:
+    seq = Sequencer(100, 7, "src:3306")
+    change = ("db", "t", "INSERT", "{}")
+    seq.begin()
+    first = seq.number([change, change], 0)
+    seq.begin()  # a transaction without changes
+    seq.begin()
+    second = seq.number([change], 86_400)
+    assert [(r[0], r[1], r[4], r[5]) for r in first + second] == [
+        (101, 8, "1970-01-01 00:00:00", "src:3306"), (102, 8, "1970-01-01 00:00:00", "src:3306"),
+        (103, 9, "1970-01-02 00:00:00", "src:3306")]
