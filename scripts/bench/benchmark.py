@@ -14,7 +14,7 @@ Workloads:
   c  one transaction of --big-rows rows (1M)
   lag  a paced load of --lag-rate rows/s (100-row transactions) for --lag-seconds while gate runs
 
-Targets (issue 6) are printed as pass/fail marks, never asserted.
+Targets are printed as pass/fail marks, never asserted.
 """
 
 from __future__ import annotations
@@ -24,37 +24,57 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import random
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pymysql
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.devtools.sandbox import MariaDBServer, Sandbox
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import XidEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from monitors import (  # beside this script: python puts its folder first on sys.path
+    CheckpointPoller,
+    Position,
+    TreeMonitor,
+    TreeSample,
+    busy_percent,
+    machine_busy,
+    mariadbd_cpu,
+    percentile,
+    wait_quiet,
+)
+from report import report
+from workloads import (
+    A_DDL,
+    C_DDL,
+    LAG_DDL,
+    WIDE_DDL,
+    WIDE_TABLES,
+    lag_load,
+    load_big,
+    load_inserts,
+    load_mixed,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 RUNNER = BENCH_DIR / "gate_runner.py"
 MB = 1024 * 1024
 
-TARGET_RATIO = 0.8
-TARGET_LAG_P99 = 1.0
-TARGET_RSS_MB = 300.0
 
-Position = tuple[str, int]
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -68,146 +88,6 @@ def master_position(conn: pymysql.Connection) -> Position:
         cur.execute("SHOW MASTER STATUS")
         row = cur.fetchone()
     return row[0], int(row[1])
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, wall time): all processes, gate's and everyone else's."""
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal, time.time()
-
-
-def busy_percent(before: tuple[float, float], after: tuple[float, float]) -> float:
-    """The machine's CPU use between two machine_busy() samples, in % of one core (200 = both cores)."""
-    return round((after[0] - before[0]) / (after[1] - before[1]) * 100, 1)
-
-
-def wait_quiet(max_wait: float, threshold: float = 30.0) -> float:
-    """Wait (at most ``max_wait`` s) for a second in which the machine is less than ``threshold``% busy
-    (of 200): other work on the machine skews every figure here. Returns the last second's busy %."""
-    deadline = time.time() + max_wait
-    while True:
-        before = machine_busy()
-        time.sleep(1.0)
-        busy = busy_percent(before, machine_busy())
-        if busy < threshold or time.time() >= deadline:
-            return busy
-
-
-def mariadbd_cpu(server: MariaDBServer) -> float:
-    pid = server.pid()
-    if pid is None:
-        return 0.0
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
-
-
-# --- workloads -------------------------------------------------------------------------------
-
-A_DDL = ("CREATE TABLE bench_a.t (id INT NOT NULL PRIMARY KEY, name VARCHAR(40) CHARACTER SET utf8mb4, "
-         "amount DECIMAL(12,3), ratio DOUBLE, created DATETIME(3), flag TINYINT UNSIGNED, "
-         "payload VARBINARY(64), note TEXT) ENGINE=InnoDB")
-A_SELECT = ("SELECT seq, CONCAT('row ', seq, ' délta 数据'), (seq % 100000) * 1.125, seq / 7, "
-            "TIMESTAMPADD(MICROSECOND, seq * 1001000, '2024-01-01 00:00:00'), seq % 256, "
-            "UNHEX(SHA1(seq)), REPEAT('lorem ipsum ', 1 + seq % 8) FROM bench_a.seq_{lo}_to_{hi}")
-
-
-def load_inserts(conn: pymysql.Connection, rows: int, per_txn: int = 100) -> int:
-    """(a) ``rows`` single-table inserts, ``per_txn`` rows per (autocommitted) statement."""
-    with conn.cursor() as cur:
-        for lo in range(1, rows + 1, per_txn):
-            hi = min(rows, lo + per_txn - 1)
-            cur.execute("INSERT INTO bench_a.t " + A_SELECT.format(lo=lo, hi=hi))
-    return rows
-
-
-WIDE_TABLES = 10
-WIDE_DDL = """CREATE TABLE bench_b.w{n} (
-  id INT UNSIGNED NOT NULL PRIMARY KEY,
-  c_tiny TINYINT, c_small SMALLINT UNSIGNED, c_int INT, c_big BIGINT UNSIGNED,
-  c_dec DECIMAL(14,4), c_double DOUBLE, c_float FLOAT,
-  c_vc VARCHAR(64) CHARACTER SET utf8mb4, c_char CHAR(8),
-  c_dt DATETIME(6), c_ts TIMESTAMP(3) NULL DEFAULT NULL, c_date DATE, c_time TIME, c_year YEAR,
-  c_text TEXT CHARACTER SET utf8mb4, c_blob BLOB, c_enum ENUM('new','paid','shipped','void'),
-  c_set SET('a','b','c'), c_json JSON
-) ENGINE=InnoDB"""
-WIDE_SELECT = """SELECT {base} + seq, (seq % 200) - 100, seq % 65536, ({base} + seq) * 7 - 1000000,
-  18446744073709551615 - ({base} + seq), ({base} + seq) * 3.1416, ({base} + seq) / 3, ({base} + seq) / 7,
-  CONCAT('wide ', {base} + seq, ' ünïcödé 数据 🚀'), LPAD(seq, 8, 'x'),
-  TIMESTAMPADD(MICROSECOND, ({base} + seq) * 1234567, '2020-01-01 00:00:00'),
-  IF(seq % 10 = 0, NULL, TIMESTAMPADD(SECOND, {base} + seq, '2023-06-01 12:00:00')),
-  DATE_ADD('2000-01-01', INTERVAL seq DAY), SEC_TO_TIME((seq * 37) % 86400), 1990 + seq % 60,
-  REPEAT(CONCAT('text ', seq, ' '), 10), UNHEX(SHA2(seq, 256)), ELT(1 + seq % 4, 'new','paid','shipped','void'),
-  ELT(1 + seq % 4, '', 'a', 'a,b', 'a,c'), JSON_OBJECT('id', {base} + seq, 'tags', JSON_ARRAY('x', seq % 10), 'ok', true)
-FROM (SELECT CAST(seq AS SIGNED) AS seq FROM bench_b.seq_1_to_{n}) s"""
-
-
-def load_mixed(conn: pymysql.Connection, rows: int, seed: int = 6) -> int:
-    """(b) transactions over 2 of 10 wide tables: per table 20 inserts, 10 updates, 4 deletes.
-    Returns the number of changed rows (one DC row each), which reaches at least ``rows``."""
-    rng = random.Random(seed)
-    lo = [1] * WIDE_TABLES  # oldest live id per table
-    nxt = [1] * WIDE_TABLES  # next id to insert
-    changed = 0
-    txn = 0
-    with conn.cursor() as cur:
-        while changed < rows:
-            txn += 1
-            conn.begin()
-            for t in rng.sample(range(WIDE_TABLES), 2):
-                changed += cur.execute(f"INSERT INTO bench_b.w{t} " + WIDE_SELECT.format(base=nxt[t] - 1, n=20))
-                nxt[t] += 20
-                start = rng.randrange(lo[t], nxt[t] - 10)
-                changed += cur.execute(
-                    f"UPDATE bench_b.w{t} SET c_int = c_int + 1, c_vc = CONCAT('upd ', %s, ' ✓'), "
-                    "c_dt = TIMESTAMPADD(SECOND, %s, c_dt), c_dec = c_dec * 2, "
-                    "c_json = JSON_SET(c_json, '$.v', %s) WHERE id BETWEEN %s AND %s",
-                    (txn, txn, txn, start, start + 9))
-                if nxt[t] - lo[t] > 100:
-                    changed += cur.execute(f"DELETE FROM bench_b.w{t} WHERE id BETWEEN %s AND %s", (lo[t], lo[t] + 3))
-                    lo[t] += 4
-            conn.commit()
-    return changed
-
-
-C_DDL = ("CREATE TABLE bench_c.t (id INT NOT NULL PRIMARY KEY, name VARCHAR(40), amount DECIMAL(12,3), "
-         "created DATETIME(3), note VARCHAR(64)) ENGINE=InnoDB")
-
-
-def load_big(conn: pymysql.Connection, rows: int) -> int:
-    """(c) one transaction of ``rows`` inserts."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "INSERT INTO bench_c.t SELECT seq, CONCAT('big ', seq), seq * 0.25, "
-            "TIMESTAMPADD(MICROSECOND, seq * 1000, '2024-01-01'), REPEAT('x', 20 + seq % 40) "
-            f"FROM bench_c.seq_1_to_{rows}")
-    return rows
-
-
-LAG_DDL = ("CREATE TABLE bench_lag.t (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, txn INT NOT NULL, "
-           "seq INT NOT NULL, name VARCHAR(40), amount DECIMAL(12,3), created DATETIME(3), "
-           "note VARCHAR(100)) ENGINE=InnoDB")
-
-
-def lag_load(port: int, seconds: float, txn_per_s: int, rows_per_txn: int, out: str) -> None:
-    """Paced load in its own process: ``txn_per_s`` transactions of ``rows_per_txn`` rows each second.
-    Writes [(txn, commit wall time)] as JSON to ``out``."""
-    conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="", autocommit=True, charset="utf8mb4")
-    sql = ("INSERT INTO bench_lag.t (txn, seq, name, amount, created, note) SELECT %s, seq, CONCAT('lag ', seq), "
-           "seq * 1.5, NOW(3), REPEAT('n', 40) FROM bench_lag.seq_1_to_{n}").format(n=rows_per_txn)
-    commits: list[tuple[int, float]] = []
-    interval = 1.0 / txn_per_s
-    total = int(seconds * txn_per_s)
-    start = time.time() + 0.05
-    with conn.cursor() as cur:
-        for k in range(1, total + 1):
-            due = start + (k - 1) * interval
-            delay = due - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            cur.execute(sql, (k,))  # autocommit: one transaction, COMMIT returned with the OK packet
-            commits.append((k, time.time()))
-    conn.close()
-    Path(out).write_text(json.dumps(commits))
 
 
 # --- baseline: a bare BinLogStreamReader ------------------------------------------------------
@@ -250,125 +130,6 @@ def baseline(source: MariaDBServer, start: Position, end: Position, repeat: int 
 
 
 # --- gate as a separate process ---------------------------------------------------------------
-
-@dataclass
-class TreeSample:
-    peak_tree_rss: int = 0
-    peak_main_rss: int = 0
-    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (role, cpu seconds)
-
-
-def _role(proc: psutil.Process, main_pid: int) -> str:
-    if proc.pid == main_pid:
-        return "main"
-    try:
-        name, cmd = proc.name(), " ".join(proc.cmdline())
-    except psutil.Error:
-        return "other"
-    if name in ("gate-writer", "gate-decoder"):  # gate.common.process.name_process
-        return name[5:]
-    if "resource_tracker" in cmd:
-        return "resource_tracker"
-    return "other"
-
-
-class TreeMonitor(threading.Thread):
-    """Samples RSS (sum over gate's process tree, and the main process alone) and CPU times every 50 ms."""
-
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.interval = interval
-        self.sample = TreeSample()
-        self._halt = threading.Event()
-        self._roles: dict[int, str] = {}
-
-    def stop(self) -> TreeSample:
-        self._halt.set()
-        self.join(timeout=5)
-        return self.sample
-
-    def snapshot_cpu(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for role, seconds in self.sample.cpu.values():
-            out[role] = out.get(role, 0.0) + seconds
-        return out
-
-    def _once(self, main: psutil.Process) -> None:
-        try:
-            procs = [main] + main.children(recursive=True)
-        except psutil.Error:
-            return
-        tree = 0
-        for proc in procs:
-            try:
-                with proc.oneshot():
-                    rss = proc.memory_info().rss
-                    t = proc.cpu_times()
-            except psutil.Error:
-                continue
-            role = self._roles.get(proc.pid)
-            if role is None:
-                role = _role(proc, self.pid)
-                if role != "other":  # a child names itself only once it runs: ask again until it has
-                    self._roles[proc.pid] = role
-            tree += rss
-            if proc.pid == self.pid:
-                self.sample.peak_main_rss = max(self.sample.peak_main_rss, rss)
-            self.sample.cpu[proc.pid] = (role, t.user + t.system)
-        self.sample.peak_tree_rss = max(self.sample.peak_tree_rss, tree)
-
-    def run(self) -> None:
-        try:
-            main = psutil.Process(self.pid)
-        except psutil.Error:
-            return
-        while not self._halt.is_set():
-            self._once(main)
-            self._halt.wait(self.interval)
-
-
-class CheckpointPoller(threading.Thread):
-    """Polls the channel's checkpoint and resume position every ``interval`` s, recording each change."""
-
-    def __init__(self, dc: MariaDBServer, channel: str, end: Position | None = None, interval: float = 0.01) -> None:
-        super().__init__(daemon=True)
-        self.dc = dc
-        self.channel = channel
-        self.end = end
-        self.interval = interval
-        self.trace: list[tuple[float, int]] = []  # (wall time, checkpoint id), on change
-        self.reached = threading.Event()
-        self.reached_at: float | None = None
-        self._halt = threading.Event()
-        self.position: Position | None = None
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=5)
-
-    def run(self) -> None:
-        conn = self.dc.connect(self.channel)
-        last = -1
-        try:
-            with conn.cursor() as cur:
-                while not self._halt.is_set():
-                    cur.execute("SELECT c.id, r.log_file, r.log_pos FROM transfer_checkpoint c, gate_resume r")
-                    cid, log_file, log_pos = cur.fetchone()
-                    now = time.time()
-                    if cid != last:
-                        self.trace.append((now, int(cid)))
-                        last = cid
-                    if log_file is not None:
-                        self.position = (log_file, int(log_pos))
-                    if self.end is not None and not self.reached.is_set() and self.position is not None \
-                            and self.position >= self.end:
-                        self.reached_at = now
-                        self.reached.set()
-                    time.sleep(self.interval)
-        finally:
-            conn.close()
-
 
 def new_channel(dc: MariaDBServer, source: MariaDBServer, name: str, start: Position | None,
                 defaults: ChannelDefaults, allow: tuple[str, ...]) -> None:
@@ -512,13 +273,6 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
 
 # --- lag -------------------------------------------------------------------------------------
 
-def percentile(values: list[float], p: float) -> float:
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100
-    f = int(k)
-    return s[f] if f + 1 >= len(s) else s[f] + (s[f + 1] - s[f]) * (k - f)
-
-
 def run_lag(box: Sandbox, workdir: Path, seconds: float, rate: int, rows_per_txn: int,
             defaults: ChannelDefaults) -> dict[str, Any]:
     channel = "bench_lag_ch"
@@ -658,61 +412,8 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
     }
 
 
-def mark(ok: bool | None) -> str:
-    return "n/a" if ok is None else ("PASS" if ok else "FAIL")
-
-
-def report(results: dict[str, Any]) -> str:
-    head = ["workload", "rows", "baseline r/s", "gate r/s", "ratio", "lag p50/p99/max s", "peak RSS MB (tree/main)",
-            "target", "result"]
-    lines = [head]
-    for key in ("a", "b", "c"):
-        r = results["workloads"].get(key)
-        if r is None:
-            continue
-        g = r["gate"]
-        if key == "c":
-            target = f"RSS < {TARGET_RSS_MB:.0f} MB, completes"
-            ok = g["complete"] and g["peak_rss_mb"] < TARGET_RSS_MB
-        else:
-            target = f"ratio >= {TARGET_RATIO}"
-            ok = r["ratio"] >= TARGET_RATIO and g["complete"]
-        lines.append([r["workload"], f"{r['rows']:,}", f"{r['baseline']['rows_per_s']:,.0f}",
-                      f"{g['rows_per_s']:,.0f}", f"{r['ratio']:.2f}", "-",
-                      f"{g['peak_rss_mb']:.0f} / {g['peak_main_rss_mb']:.0f}", target, mark(ok)])
-    lag = results.get("lag")
-    if lag is not None:
-        lines.append([f"lag: {lag['source_rows_per_s']:,.0f} rows/s steady", f"{lag['rows']:,}", "-", "-", "-",
-                      f"{lag['lag_p50_s']:.3f} / {lag['lag_p99_s']:.3f} / {lag['lag_max_s']:.3f}",
-                      f"{lag['peak_rss_mb']:.0f} / {lag['peak_main_rss_mb']:.0f}",
-                      f"p99 < {TARGET_LAG_P99:.0f} s", mark(lag["lag_p99_s"] < TARGET_LAG_P99)])
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
-    text = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    cpu_lines = ["", "CPU while gate ran (% of one core, over gate's run): main / decoders / writers / resource_tracker / "
-                 "mariadbd source / mariadbd DC / whole machine (all processes, of 200)"]
-    for key in ("a", "b", "c"):
-        r = results["workloads"].get(key)
-        if r is not None:
-            c = r["gate"]["cpu_percent"]
-            cpu_lines.append(f"  {key}: {c.get('main', 0):.0f} / {c.get('decoder', 0):.0f} / {c.get('writer', 0):.0f} / "
-                             f"{c.get('resource_tracker', 0):.0f} / {c.get('mariadbd_source', 0):.0f} / "
-                             f"{c.get('mariadbd_dc', 0):.0f} / {r['gate']['machine_busy_percent']:.0f}"
-                             f"   (baseline ran with the machine {r['baseline']['machine_busy_percent']:.0f}% busy; "
-                             f"first checkpoint {r['gate']['startup_s'] or 0:.2f} s after start"
-                             + (f", steady {r['gate']['steady_rows_per_s']:,.0f} rows/s)" if r['gate']['steady_rows_per_s']
-                                else ")"))
-    if lag is not None:
-        c = lag["cpu_percent"]
-        cpu_lines.append(f"  lag: {c.get('main', 0):.0f} / {c.get('decoder', 0):.0f} / {c.get('writer', 0):.0f}"
-                         f" / {c.get('resource_tracker', 0):.0f}"
-                         f" / {c.get('mariadbd_source', 0):.0f} / {c.get('mariadbd_dc', 0):.0f}"
-                         f" / {lag['machine_busy_percent']:.0f}   (includes the load generator's process)")
-    return "\n".join(text + cpu_lines)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description="gate benchmark (issue 6)")
+    parser = argparse.ArgumentParser(description="gate benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes: 20k / 10k / 100k rows, 10 s of lag load")
     parser.add_argument("--rows", type=int, help="workload (a) rows (default 200000; quick 20000)")
     parser.add_argument("--mixed-rows", type=int, help="workload (b) changed rows (default 100000; quick 10000)")

@@ -20,11 +20,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pymysql
-
-from gate.common.config import ChannelDefaults, Secret, ServerConfig
-from gate.common.dc import ChannelSettings, ResumeState, connect, create_channel, write_resume
 from gate.capture.pipeline import Pipeline
 from gate.capture.reader import current_position
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import (
+    ChannelSettings,
+    ResumeState,
+    connect,
+    create_channel,
+    write_resume,
+)
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from gate.devtools.workload import RandomWorkload
 

@@ -1,0 +1,173 @@
+"""Monitors for the benchmark: the machine's CPU, gate's process tree (RSS, CPU per role) and the
+channel's checkpoint as it moves."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+from gate.devtools.sandbox import MariaDBServer
+
+Position = tuple[str, int]  # binlog file and position
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, wall time): all processes, gate's and everyone else's."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal, time.time()
+
+
+def busy_percent(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The machine's CPU use between two machine_busy() samples, in % of one core (200 = both cores)."""
+    return round((after[0] - before[0]) / (after[1] - before[1]) * 100, 1)
+
+
+def wait_quiet(max_wait: float, threshold: float = 30.0) -> float:
+    """Wait (at most ``max_wait`` s) for a second in which the machine is less than ``threshold``% busy
+    (of 200): other work on the machine skews every figure here. Returns the last second's busy %."""
+    deadline = time.time() + max_wait
+    while True:
+        before = machine_busy()
+        time.sleep(1.0)
+        busy = busy_percent(before, machine_busy())
+        if busy < threshold or time.time() >= deadline:
+            return busy
+
+
+def mariadbd_cpu(server: MariaDBServer) -> float:
+    pid = server.pid()
+    if pid is None:
+        return 0.0
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+
+@dataclass
+class TreeSample:
+    peak_tree_rss: int = 0
+    peak_main_rss: int = 0
+    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (role, cpu seconds)
+
+
+def _role(proc: psutil.Process, main_pid: int) -> str:
+    if proc.pid == main_pid:
+        return "main"
+    try:
+        name, cmd = proc.name(), " ".join(proc.cmdline())
+    except psutil.Error:
+        return "other"
+    if name in ("gate-writer", "gate-decoder"):  # gate.common.process.name_process
+        return name[5:]
+    if "resource_tracker" in cmd:
+        return "resource_tracker"
+    return "other"
+
+
+class TreeMonitor(threading.Thread):
+    """Samples RSS (sum over gate's process tree, and the main process alone) and CPU times every 50 ms."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.sample = TreeSample()
+        self._halt = threading.Event()
+        self._roles: dict[int, str] = {}
+
+    def stop(self) -> TreeSample:
+        self._halt.set()
+        self.join(timeout=5)
+        return self.sample
+
+    def snapshot_cpu(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, seconds in self.sample.cpu.values():
+            out[role] = out.get(role, 0.0) + seconds
+        return out
+
+    def _once(self, main: psutil.Process) -> None:
+        try:
+            procs = [main] + main.children(recursive=True)
+        except psutil.Error:
+            return
+        tree = 0
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    rss = proc.memory_info().rss
+                    t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            role = self._roles.get(proc.pid)
+            if role is None:
+                role = _role(proc, self.pid)
+                if role != "other":  # a child names itself only once it runs: ask again until it has
+                    self._roles[proc.pid] = role
+            tree += rss
+            if proc.pid == self.pid:
+                self.sample.peak_main_rss = max(self.sample.peak_main_rss, rss)
+            self.sample.cpu[proc.pid] = (role, t.user + t.system)
+        self.sample.peak_tree_rss = max(self.sample.peak_tree_rss, tree)
+
+    def run(self) -> None:
+        try:
+            main = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._halt.is_set():
+            self._once(main)
+            self._halt.wait(self.interval)
+
+
+class CheckpointPoller(threading.Thread):
+    """Polls the channel's checkpoint and resume position every ``interval`` s, recording each change."""
+
+    def __init__(self, dc: MariaDBServer, channel: str, end: Position | None = None, interval: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.dc = dc
+        self.channel = channel
+        self.end = end
+        self.interval = interval
+        self.trace: list[tuple[float, int]] = []  # (wall time, checkpoint id), on change
+        self.reached = threading.Event()
+        self.reached_at: float | None = None
+        self._halt = threading.Event()
+        self.position: Position | None = None
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        conn = self.dc.connect(self.channel)
+        last = -1
+        try:
+            with conn.cursor() as cur:
+                while not self._halt.is_set():
+                    cur.execute("SELECT c.id, r.log_file, r.log_pos FROM transfer_checkpoint c, gate_resume r")
+                    cid, log_file, log_pos = cur.fetchone()
+                    now = time.time()
+                    if cid != last:
+                        self.trace.append((now, int(cid)))
+                        last = cid
+                    if log_file is not None:
+                        self.position = (log_file, int(log_pos))
+                    if self.end is not None and not self.reached.is_set() and self.position is not None \
+                            and self.position >= self.end:
+                        self.reached_at = now
+                        self.reached.set()
+                    time.sleep(self.interval)
+        finally:
+            conn.close()
+
+
+def percentile(values: list[float], p: float) -> float:
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    f = int(k)
+    return s[f] if f + 1 >= len(s) else s[f] + (s[f + 1] - s[f]) * (k - f)
+
+
