@@ -1,0 +1,42 @@
+"""Every command of the CLI is documented: shown in the README and given an example in its --help."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from gate.cli import main
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def commands(group: click.Group, prefix: str = "gate") -> Iterator[tuple[str, click.Command]]:
+    """(full name, command) of every leaf command, e.g. ('gate channel create', ...)."""
+    for name, command in sorted(group.commands.items()):
+        full = f"{prefix} {name}"
+        if isinstance(command, click.Group):
+            yield from commands(command, full)
+        else:
+            yield full, command
+
+
+ALL = list(commands(main))
+
+
+def test_the_cli_has_the_commands_this_test_walks() -> None:
+    assert len(ALL) >= 20 and ("gate run" in dict(ALL)) and ("gate channel create" in dict(ALL))
+
+
+@pytest.mark.parametrize("name", [name for name, _ in ALL])
+def test_every_command_appears_in_the_readme(name: str) -> None:
+    assert re.search(rf"(^|[\s`]){re.escape(name)}(\s|`|$)", README, re.M), f"'{name}' is not shown in README.md"
+
+
+@pytest.mark.parametrize("name,command", ALL, ids=[name for name, _ in ALL])
+def test_every_command_help_has_an_example(name: str, command: click.Command) -> None:
+    text = re.sub(r"gate(\s+--(json|config\s+\S+))+", "gate", command.help or "")  # global options may come first
+    assert name in text, f"'{name} --help' shows no example of the command"
