@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from gate.cli import main
 from gate.dc import ChannelSettings, connect, create_channel
 from gate.sandbox import Sandbox
-from gate.status import channel_status
+from gate.status import ChannelStatus, channel_status
 from gate.writer import MAX_STATEMENT, _dc_session, _write, insert_statements
 from tests.replay import make_channel, server_config, start_gate, wait_caught_up, wait_running
 
@@ -50,6 +50,7 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
 
 
 PACKET = 128 * 1024  # the DC's max_allowed_packet in the test below
+COLUMNS = "id, tid, dbname, tablename, CAST(create_time AS CHAR), instance_name, optype, data"  # as DCRow
 
 
 def status_of(config: Path, channel: str, *options: str) -> str:
@@ -88,14 +89,21 @@ def test_rows_against_a_small_max_allowed_packet_split_or_wait_loudly(make_sandb
         cur.execute("COMMIT")
     assert wait_caught_up(sb.source, sb.dc, name, timeout=30) == (41, 2)  # CREATE TABLE, then the 40 rows
     with sb.dc.connect(name) as conn, conn.cursor() as cur:
-        cur.execute("SELECT id, tid, optype, data FROM transfer_data WHERE id > 1 ORDER BY id")
-        assert [(i, t, o, json.loads(d)) for i, t, o, d in cur.fetchall()] == [
-            (n + 2, 2, "INSERT", {"NEW": [{"id": str(n)}, {"v": text}]}) for n, text in enumerate(texts)]
+        cur.execute(f"SELECT {COLUMNS} FROM transfer_data WHERE id > 1 ORDER BY id")
+        chunk = cur.fetchall()
+    assert [(r[0], r[1], r[6], json.loads(r[7])) for r in chunk] == [
+        (n + 2, 2, "INSERT", {"NEW": [{"id": str(n)}, {"v": text}]}) for n, text in enumerate(texts)]
+    [whole] = insert_statements(list(chunk))  # what the writers sent before: one INSERT of 320 KB
+    split = insert_statements(list(chunk), PACKET)
+    assert len(whole.encode()) > PACKET and len(split) == 6 and all(len(s.encode()) < PACKET for s in split)
 
     with sb.source.connect() as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO src.t VALUES (100, %s)", ("x" * 200_000,))  # row 42: no INSERT of it fits
         cur.execute("INSERT INTO src.t VALUES (101, 'after')")  # row 43, its own transaction
-    dc_status = lambda: channel_status(dc, name, 0)  # noqa: E731
+
+    def dc_status() -> ChannelStatus:
+        return channel_status(dc, name, 0)
+
     [stuck] = wait_for(lambda: dc_status().stuck_rows, "stuck row in status")
     log_file = tmp_path / f"{name}.log"
     wait_for(lambda: " ERROR gate.writer: " in log_file.read_text(), "ERROR in the log")
@@ -107,9 +115,7 @@ def test_rows_against_a_small_max_allowed_packet_split_or_wait_loudly(make_sandb
         cur.execute("SET GLOBAL max_allowed_packet = 1048576")
     assert wait_caught_up(sb.source, sb.dc, name, timeout=30) == (43, 4)
     with sb.dc.connect(name) as conn, conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SELECT id, tid, dbname, tablename, DATE_FORMAT(create_time, '%Y-%m-%d %H:%i:%s'), "
-                    "instance_name, optype, data FROM transfer_data WHERE id > 41 ORDER BY id")
+        cur.execute(f"SELECT {COLUMNS} FROM transfer_data WHERE id > 41 ORDER BY id")
         big, after = cur.fetchall()
         cur.execute("SELECT name FROM gate_meta WHERE name LIKE 'stuck%'")
         assert cur.fetchall() == ()
