@@ -388,4 +388,4 @@ def switch(dc_server: ServerConfig, name: str, catch_up_seconds: float) -> dict[
         new_settings, new_state = failover.plan_switch(conn, settings, state, origin_server_id, failover.PLANNED)
     return {"channel": name, "from": settings.source.address, "to": new_settings.source.address,
             "at_id": state.id, "failover_mode": settings.failover_mode, "removed_rows_above_checkpoint": removed,
-            "resume": f"{new_state.log_file}:{new_state.log_pos}"}
+            "resume": new_state.describe()}

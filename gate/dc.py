@@ -119,6 +119,16 @@ class ResumeState:
     def moved(self, **changes: Any) -> ResumeState:
         return replace(self, **changes)
 
+    def describe(self) -> str:
+        return describe_position(self.log_file, self.log_pos, self.gtid_pos)
+
+
+def describe_position(log_file: str | None, log_pos: int | None, gtid_pos: str | None) -> str:
+    """A binlog position as messages show it: ``FILE:POS``, ``FILE:POS (GTID ...)`` or ``GTID ...``."""
+    if not log_file:
+        return f"GTID {gtid_pos}" if gtid_pos else "no position yet"
+    return f"{log_file}:{log_pos}" + (f" (GTID {gtid_pos})" if gtid_pos else "")
+
 
 def q(name: str) -> str:
     """Backquote an identifier that check_identifier has accepted."""

@@ -185,8 +185,17 @@ class Pipeline:
             if self.preflight:
                 from gate.preflight import require_channel
 
-                for problem in require_channel(settings):
+                try:
+                    problems = require_channel(settings)
+                except GateError:
+                    if not self._stopping.is_set():
+                        raise
+                    problems = []  # a stop signal came while the checks waited: stopping matters now
+                for problem in problems:
                     log.warning("preflight: %s", problem)
+            if self._stopping.is_set():
+                log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
+                return self.stats
             state = self._prepare(settings)
             try:
                 self._run_source(settings, state)
@@ -377,9 +386,8 @@ class Pipeline:
             if now >= next_progress and checkpointer.state is not logged:
                 next_progress = now + PROGRESS_EVERY
                 state = logged = checkpointer.state
-                log.info("checkpoint id=%d tid=%d at %s:%s; %d rows in %.0f s",
-                         state.id, state.tid, state.log_file, state.log_pos, self.stats.rows,
-                         now - self.stats.started)
+                log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
+                         state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
         apply(wait=True)
         flush()
 
@@ -413,5 +421,5 @@ class Pipeline:
                 f"Channel {self.channel} stopped at the second signal without draining its writers. The "
                 f"checkpoint stored in the DC is at most id={state.id} tid={state.tid}; the next 'gate run "
                 f"{self.channel}' removes the rows above it and reads them again, so nothing is lost.")
-        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s:%s",
-                 self.channel, state.id, state.tid, state.log_file, state.log_pos)
+        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s",
+                 self.channel, state.id, state.tid, state.describe())
