@@ -417,7 +417,8 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     A table is captured when the allow list is empty or one allow pattern matches it, and no deny
     pattern matches it. Patterns are db.table with the wildcards * (any characters) and ? (one
     character), matched case-sensitively. --allow and --deny add to the lists, --clear empties both
-    first; with no option the lists are only shown.
+    first; with no option the lists are only shown. A running gate applies the new lists within a few
+    seconds, from its next transaction on; rows a newly allowed table held before are not captured.
 
     Example:
 

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
 JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
+FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
 
 
 class ChannelBusy(GateError):
@@ -294,6 +295,7 @@ class Pipeline:
         chunk_no = 0
         chunk_since = time.monotonic()
         next_progress = chunk_since + PROGRESS_EVERY
+        next_filter = chunk_since + FILTER_EVERY
         logged = checkpointer.state
 
         def send() -> None:
@@ -361,6 +363,9 @@ class Pipeline:
                     if job.nbytes >= JOB_BYTES:
                         send()
             elif kind is Begin:
+                if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
+                    next_filter = time.monotonic() + FILTER_EVERY
+                    self._reread_filter(translator, reader.boundary.describe())
                 ops.append(("begin",))
             elif kind is Commit:
                 self.stats.transactions += 1
@@ -390,6 +395,19 @@ class Pipeline:
                          state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
         apply(wait=True)
         flush()
+
+    def _reread_filter(self, translator: Translator, at: str) -> None:
+        """Apply the channel's allow and deny lists as stored now ('gate channel filter' while gate runs)."""
+        try:
+            settings = read_settings(self._ctl_conn(), self.channel)
+        except (GateError, pymysql.err.Error) as exc:
+            log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
+            return
+        new, old = TableFilter(settings.allow, settings.deny), translator.filter
+        if new != old:
+            translator.filter = new
+            log.info("channel %s: filter changed to allow %s, deny %s (was allow %s, deny %s); applied from %s on",
+                     self.channel, list(new.allow), list(new.deny), list(old.allow), list(old.deny), at)
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         try:

@@ -8,12 +8,54 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
+from gate.pipeline import FILTER_EVERY
 from gate.sandbox import Sandbox
-from tests.replay import GATE, STARTED, make_channel, running, wait_row, wait_running
+from tests.replay import (GATE, STARTED, dc_rows, make_channel, running, start_gate, wait_caught_up, wait_row,
+                          wait_running)
+
+Gate = Callable[..., Result]
+
+
+def test_a_widened_filter_reaches_a_running_gate(gate: Gate, sandbox: Sandbox, unique_name: str,
+                                                  tmp_path: Path) -> None:
+    db = f"src_{unique_name}"
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.a",))
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        for table in ("a", "b"):
+            cur.execute(f"CREATE TABLE {db}.{table} (id INT PRIMARY KEY, v VARCHAR(10))")
+        running_gate = start_gate(tmp_path, sandbox.dc, unique_name)
+        wait_running(sandbox.dc, unique_name, running_gate)
+        cur.execute(f"INSERT INTO {db}.a VALUES (1, 'a1')")
+        cur.execute(f"INSERT INTO {db}.b VALUES (1, 'before')")  # b is not captured yet
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        result = gate("channel", "filter", unique_name, "--allow", f"{db}.b")
+        assert result.exit_code == 0, result.stderr
+        time.sleep(FILTER_EVERY + 0.5)  # the running gate reads the filter again before its next transaction
+        cur.execute(f"INSERT INTO {db}.b VALUES (2, 'after')")
+        cur.execute(f"UPDATE {db}.b SET v = 'changed' WHERE id = 1")
+        cur.execute(f"INSERT INTO {db}.a VALUES (2, 'a2')")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert running_gate.poll() is None  # no restart
+    rows = [(r[0], r[1], r[2], r[3], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)]
+    assert rows[0][:5] == (1, 1, db, "a", "CREATETABLE")  # b's CREATE TABLE came before the change: not captured
+    assert rows[1:] == [
+        (2, 2, db, "a", "INSERT", {"NEW": [{"id": "1"}, {"v": "a1"}]}),
+        (3, 3, db, "b", "INSERT", {"NEW": [{"id": "2"}, {"v": "after"}]}),
+        (4, 4, db, "b", "UPDATE", {"NEW": [{"id": "1"}, {"v": "changed"}], "OLD": [{"id": "1"}, {"v": "before"}]}),
+        (5, 5, db, "a", "INSERT", {"NEW": [{"id": "2"}, {"v": "a2"}]}),
+    ]
+    running_gate.send_signal(signal.SIGTERM)
+    assert running_gate.wait(timeout=60) == 0
+    log = (tmp_path / f"{unique_name}.log").read_text()
+    assert (f"INFO gate.pipeline: channel {unique_name}: filter changed to allow ['{db}.a', '{db}.b'], deny [] "
+            f"(was allow ['{db}.a'], deny []); applied from ") in log
 
 
 def test_sigterm_during_the_start_up_checks_is_a_clean_stop(sandbox: Sandbox, unique_name: str,
