@@ -400,7 +400,8 @@ def drop(app: App, name: str, yes: bool, force: bool) -> None:
     running = channels.drop(app.dc, name, force)
     if running is not None:
         click.echo(f"warning: a gate process was running channel '{name}' (DC connection {running}); its database "
-                   "is gone, so that gate stops with a DC error when it next writes. Stop it if it is still running.", err=True)
+                   "is gone, so that gate stops with a DC error when it next writes. Stop it if it is still running.",
+                   err=True)
         data["running_gate_connection"] = running
     app.emit(data, f"dropped channel {name}")
 

@@ -256,7 +256,7 @@ def _section(raw: Any, cls: type, name: str, source: str) -> Any:
                   for k, v in raw.items()})
 
 
-class _Mapping(dict):  # type: ignore[type-arg]
+class _Mapping(dict[Any, Any]):
     """A YAML mapping that remembers its line and the line of each key."""
 
     line: int

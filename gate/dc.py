@@ -168,17 +168,18 @@ def schema_version(conn: pymysql.Connection, name: str) -> int:
     """The version a channel database was created with; errors for missing or incompatible ones."""
     if not channel_exists(conn, name):
         raise ChannelNotFound(f"No channel '{name}' on this DC server. 'gate channel list' shows the channels there.")
-    if unfinished(conn, name):
-        raise SchemaVersionError(_unfinished_message(name))
     with conn.cursor() as cur:
         cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'gate_meta'", (name,))
         if cur.fetchone() is None:
             raise SchemaVersionError(
+                _unfinished_message(name) if unfinished(conn, name) else
                 f"Database '{name}' on the DC server is not a gate channel (it has no gate_meta table), so gate "
                 "leaves it alone. 'gate channel list' shows the channels there."
             )
     version = stored_schema_version(conn, name)
     if version not in dc_schema.COMPATIBLE_VERSIONS:
+        if unfinished(conn, name):
+            raise SchemaVersionError(_unfinished_message(name))
         raise SchemaVersionError(
             f"Channel '{name}' has DC schema version {version}, which this gate ({GATE_VERSION}, schema "
             f"version {dc_schema.SCHEMA_VERSION}) cannot use. Run the gate version that created it, or "
