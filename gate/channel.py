@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import zlib
-import zoneinfo
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -16,7 +15,8 @@ import pymysql
 
 import dc_schema
 from gate import dc, failover
-from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier, check_range, parse_address
+from gate.config import (ChannelDefaults, Secret, ServerConfig, check_identifier, check_range, check_timezone,
+                         parse_address)
 from gate.dc import ChannelSettings, ResumeState
 from gate.errors import InvalidIdentifier, InvalidValue
 from gate.pipeline import ChannelBusy
@@ -80,16 +80,6 @@ def check_pattern(pattern: str) -> str:
             "e.g. shop.* or *.audit_log."
         )
     return pattern
-
-
-def check_timezone(name: str) -> str:
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise InvalidValue(
-            f"Time zone {name!r} is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."
-        ) from None
-    return name
 
 
 def _merged(patterns: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:

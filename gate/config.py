@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import zoneinfo
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -117,6 +118,16 @@ def check_identifier(name: str, what: str) -> str:
             f"{what} {name!r} is not a safe identifier. Use 1 to 64 letters, digits or underscores, "
             "starting with a letter or underscore (no dots, spaces, quotes, backticks or semicolons)."
         )
+    return name
+
+
+def check_timezone(name: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InvalidValue(
+            f"Time zone {name!r} is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."
+        ) from None
     return name
 
 
@@ -231,8 +242,12 @@ def _setting(value: Any, kind: Any, key: str, where: str) -> Any:
     """One value of config.yaml: its type, then its range; errors name ``where`` (file and line) and ``key``."""
     try:
         value = _coerce(value, kind, key)
+        if key == "channel_defaults.timezone":
+            check_timezone(value)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    except InvalidValue as exc:
+        raise ConfigError(f"{where}: {key}: {exc}") from None
     problem = out_of_range(key, value, key) if key in LIMITS else None
     if problem:
         raise ConfigError(f"{where}: {problem}")
