@@ -147,16 +147,19 @@ def channel_tables() -> set[str]:
 
 
 def unfinished(conn: pymysql.Connection, name: str) -> bool:
-    """Whether ``name`` is a channel database whose creation stopped part way: gate's comment on the
-    database, no table but gate's, and no schema version recorded (gate records it last)."""
+    """Whether ``name`` is a channel database whose creation stopped part way: no table but gate's, no
+    schema version recorded (gate records it last, with the settings), and gate's comment on the
+    database, or (made before gate set that comment) the contract tables and an empty gate_meta."""
     with conn.cursor() as cur:
         cur.execute("SELECT schema_comment FROM information_schema.schemata WHERE schema_name = %s", (name,))
         row = cur.fetchone()
-        if row is None or row[0] != CHANNEL_COMMENT:
-            return False
         cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
         tables = {r[0] for r in cur.fetchall()}
-    return tables <= channel_tables() and ("gate_meta" not in tables or stored_schema_version(conn, name) == 0)
+        if row is None or not tables <= channel_tables():
+            return False
+        if "gate_meta" in tables and cur.execute(f"SELECT 1 FROM {q(name)}.gate_meta LIMIT 1"):
+            return False
+    return row[0] == CHANNEL_COMMENT or {*dc_schema.CONTRACT_TABLES, "gate_meta"} <= tables
 
 
 def _unfinished_message(name: str) -> str:

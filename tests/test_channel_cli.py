@@ -221,6 +221,15 @@ def test_drop_a_channel_whose_creation_stopped_part_way(gate: Gate, sandbox: San
         cur.execute(f"DROP TABLE `{unique_name}`.gate_meta, `{unique_name}`.gate_settings")
     refused(gate, sandbox, ["channel", "show", unique_name], 1, unfinished)
     assert gate("channel", "drop", unique_name, "--yes").exit_code == 0
+    # made by a gate that did not comment its databases yet: every table, no settings, an empty gate_meta
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{unique_name}`")
+        cur.execute(f"USE `{unique_name}`")
+        for statement in dc_schema.ddl_statements():
+            cur.execute(statement)
+    refused(gate, sandbox, ["channel", "show", unique_name], 1, unfinished)
+    assert gate("channel", "drop", unique_name, "--yes").exit_code == 0
+    assert query(sandbox, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", unique_name) == []
     # a database with gate's comment that holds anything else is not gate's to drop
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{unique_name}` COMMENT 'gate channel'")
