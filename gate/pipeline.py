@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
 JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
+FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
 
 
 class ChannelBusy(GateError):
@@ -185,8 +186,17 @@ class Pipeline:
             if self.preflight:
                 from gate.preflight import require_channel
 
-                for problem in require_channel(settings):
+                try:
+                    problems = require_channel(settings)
+                except GateError:
+                    if not self._stopping.is_set():
+                        raise
+                    problems = []  # a stop signal came while the checks waited: stopping matters now
+                for problem in problems:
                     log.warning("preflight: %s", problem)
+            if self._stopping.is_set():
+                log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
+                return self.stats
             state = self._prepare(settings)
             try:
                 self._run_source(settings, state)
@@ -285,6 +295,7 @@ class Pipeline:
         chunk_no = 0
         chunk_since = time.monotonic()
         next_progress = chunk_since + PROGRESS_EVERY
+        next_filter = chunk_since + FILTER_EVERY
         logged = checkpointer.state
 
         def send() -> None:
@@ -352,6 +363,9 @@ class Pipeline:
                     if job.nbytes >= JOB_BYTES:
                         send()
             elif kind is Begin:
+                if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
+                    next_filter = time.monotonic() + FILTER_EVERY
+                    self._reread_filter(translator, reader.boundary.describe())
                 ops.append(("begin",))
             elif kind is Commit:
                 self.stats.transactions += 1
@@ -377,11 +391,23 @@ class Pipeline:
             if now >= next_progress and checkpointer.state is not logged:
                 next_progress = now + PROGRESS_EVERY
                 state = logged = checkpointer.state
-                log.info("checkpoint id=%d tid=%d at %s:%s; %d rows in %.0f s",
-                         state.id, state.tid, state.log_file, state.log_pos, self.stats.rows,
-                         now - self.stats.started)
+                log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
+                         state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
         apply(wait=True)
         flush()
+
+    def _reread_filter(self, translator: Translator, at: str) -> None:
+        """Apply the channel's allow and deny lists as stored now ('gate channel filter' while gate runs)."""
+        try:
+            settings = read_settings(self._ctl_conn(), self.channel)
+        except (GateError, pymysql.err.Error) as exc:
+            log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
+            return
+        new, old = TableFilter(settings.allow, settings.deny), translator.filter
+        if new != old:
+            translator.filter = new
+            log.info("channel %s: filter changed to allow %s, deny %s (was allow %s, deny %s); applied from %s on",
+                     self.channel, list(new.allow), list(new.deny), list(old.allow), list(old.deny), at)
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         try:
@@ -413,5 +439,5 @@ class Pipeline:
                 f"Channel {self.channel} stopped at the second signal without draining its writers. The "
                 f"checkpoint stored in the DC is at most id={state.id} tid={state.tid}; the next 'gate run "
                 f"{self.channel}' removes the rows above it and reads them again, so nothing is lost.")
-        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s:%s",
-                 self.channel, state.id, state.tid, state.log_file, state.log_pos)
+        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s",
+                 self.channel, state.id, state.tid, state.describe())
