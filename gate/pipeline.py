@@ -344,7 +344,7 @@ class Pipeline:
             if kind is Rows:
                 event = item.event
                 if translator.filter.passes(event.schema, event.table):
-                    translator.check_image(event)
+                    translator.check_image(item)
                     if job is not None and job_stream is not reader.stream:
                         send()  # reconnected: the new stream's events are rebuilt with its own format
                     if job is None:

@@ -102,10 +102,11 @@ class Translator:
         self._renderers[id(table)] = (table, renderer)
         return renderer
 
-    def check_image(self, event: Any) -> None:
+    def check_image(self, item: Rows) -> None:
         """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""
+        event = item.event
         full = _full_bitmap(event.number_of_columns)
-        if event.columns_present_bitmap == full and getattr(event, "columns_present_bitmap2", full) == full:
+        if event.columns_present_bitmap == full and (item.optype != "UPDATE" or event.columns_present_bitmap2 == full):
             return
         raise PartialRowImage(
             f"A row event of {event.schema}.{event.table} ending at binlog position {self.position()} has a partial "
