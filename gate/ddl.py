@@ -2,7 +2,9 @@
 
 sqlparse lexes the text (it is a non-validating lexer); a small hand-written
 recursive-descent parser walks its tokens.  Table changes that are not modelled
-end up in ``OTHERS``; every payload but TRUNCATE's carries the original text in ``SQL``.
+end up in ``OTHERS``; every payload but TRUNCATE's carries the original text in ``SQL`` (a
+multi-table DROP or RENAME, one row per table, the text for that table alone).  The module
+also names the kind of any statement and the tables of statement-format DML.
 """
 from __future__ import annotations
 
@@ -594,7 +596,7 @@ def _alter_sequence(cur: _Cursor) -> DdlChange:
     raise _NotModelled
 
 
-Parser = Callable[[_Cursor], "DdlChange | list[DdlChange]"]
+Parser = Callable[[_Cursor], DdlChange | list[DdlChange]]
 
 
 def _handler(cur: _Cursor) -> Parser | None:

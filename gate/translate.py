@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from fnmatch import fnmatchcase
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from gate.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
 from gate.errors import GateError
@@ -106,7 +106,8 @@ class Translator:
         """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""
         event = item.event
         full = _full_bitmap(event.number_of_columns)
-        if event.columns_present_bitmap == full and (item.optype != "UPDATE" or event.columns_present_bitmap2 == full):
+        if event.columns_present_bitmap == full and (
+                item.optype != "UPDATE" or event.columns_present_bitmap2 == full):
             return
         raise PartialRowImage(
             f"A row event of {event.schema}.{event.table} ending at binlog position {self.position()} has a partial "
@@ -137,19 +138,22 @@ class Translator:
         changes = parse_ddl(item.sql, item.schema, self.describe)
         if not changes:
             tables = dml_tables(item.sql, item.schema)
-            captured = [t for t in tables or () if self.filter.passes(*t)]
-            if captured or tables == []:
-                self._statement_dml(statement_kind(item.sql), captured)
-            log.info("no row for a statement of kind %s", statement_kind(item.sql))
+            if tables is None:
+                log.info("no row for a statement of kind %s", statement_kind(item.sql))
+            else:  # DML on tables the filters exclude passes silently, as their row events do
+                captured = [table for table in tables if self.filter.passes(*table)]
+                if captured or not tables:
+                    self._refuse_statement_dml(statement_kind(item.sql), captured)
         return [(c.dbname, c.tablename, c.optype, dumps(c.data)) for c in changes if self._captured(c)]
 
     def _captured(self, change: DdlChange) -> bool:
         """Whether the change is about a captured table; a rename also when it gives a captured name."""
         if self.filter.passes(change.dbname, change.tablename):
             return True
-        return change.optype == "RENAME" and self.filter.passes(*change.data["RENAME"][0]["to"].values())
+        new = change.data["RENAME"][0]["to"] if change.optype == "RENAME" else None
+        return new is not None and self.filter.passes(new["dbname"], new["tablename"])
 
-    def _statement_dml(self, kind: str, tables: list[tuple[str, str]]) -> None:
+    def _refuse_statement_dml(self, kind: str, tables: list[tuple[str, str]]) -> NoReturn:
         names = ", ".join(f"{db}.{table}" for db, table in dict.fromkeys(tables)) or "a table gate cannot name"
         raise StatementFormatChange(
             f"{names} changed by a statement ({kind}) logged as text at binlog position {self.position()} (the end "
