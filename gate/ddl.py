@@ -378,8 +378,6 @@ def _create_table(cur: _Cursor) -> DdlChange:
     if not body_toks and not query:
         raise _NotModelled  # a table needs columns
     columns, key = ([], []) if _starts_query(body_toks) else _columns(body)
-    if query and not columns and ctx.describe:
-        columns = ctx.describe(db, table)
     data: dict[str, Any] = {"NEW": columns, "primary_key": key} if key else {"NEW": columns}
     data["SQL"] = ctx.statement
     if query:
@@ -633,7 +631,8 @@ def parse_ddl(statement: str, default_db: str, describe: ColumnDescriber | None 
     table for a multi-table DROP TABLE or RENAME TABLE, else one.
 
     default_db is the session's database, used for unqualified names; describe, if given,
-    supplies the columns of ``CREATE TABLE ... LIKE`` and ``CREATE TABLE ... SELECT``.
+    supplies the columns of ``CREATE TABLE ... LIKE``. (``CREATE TABLE ... SELECT`` reaches the binlog as
+    such only in statement format, which gate refuses: it is modelled with the columns it lists, if any.)
     A table statement that cannot be modelled becomes ``ALTERTABLE {"OTHERS": [statement]}``.
     """
     toks, code = _lex(statement)

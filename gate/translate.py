@@ -144,7 +144,11 @@ class Translator:
                 captured = [table for table in tables if self.filter.passes(*table)]
                 if captured or not tables:
                     self._refuse_statement_dml(statement_kind(item.sql), captured)
-        return [(c.dbname, c.tablename, c.optype, dumps(c.data)) for c in changes if self._captured(c)]
+        captured_changes = [change for change in changes if self._captured(change)]
+        for change in captured_changes:
+            if change.data.get("SELECT"):  # in row format the binlog has a plain CREATE TABLE and the rows
+                self._refuse_statement_dml("CREATE TABLE ... SELECT", [(change.dbname, change.tablename)])
+        return [(c.dbname, c.tablename, c.optype, dumps(c.data)) for c in captured_changes]
 
     def _captured(self, change: DdlChange) -> bool:
         """Whether the change is about a captured table; a rename also when it gives a captured name."""

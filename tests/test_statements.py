@@ -10,9 +10,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pymysql
+import pytest
 
-from gate.config import ChannelDefaults
 from gate.sandbox import MariaDBServer, Sandbox
 from tests.replay import dc_rows, make_channel, running, start_gate, wait_caught_up, wait_running
 
@@ -180,24 +179,29 @@ MOVE_ON = ("The change itself cannot be captured from this binlog: copy the tabl
            "--pos POS' (a transaction boundary after it, see SHOW BINLOG EVENTS) or --now.")
 
 
-def test_statement_format_dml_on_a_captured_table_stops_gate(sandbox: Sandbox, unique_name: str,
-                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize(("statement", "kind", "table"), [
+    ("UPDATE other JOIN cap USING (id) SET cap.v = 3", "UPDATE", "cap"),
+    ("CREATE TABLE cap2 (id INT PRIMARY KEY) SELECT id FROM cap", "CREATE TABLE ... SELECT", "cap2"),
+])
+def test_statement_format_dml_on_a_captured_table_stops_gate(sandbox: Sandbox, unique_name: str, tmp_path: Path,
+                                                             statement: str, kind: str, table: str) -> None:
     """Statement-format DML on a table the filter excludes is no error; on a captured one gate stops at it
-    with an error naming the table and position, and never writes a row for it (nor after it)."""
+    with an error naming the table and position, and never writes a row for it (nor after it). A CREATE
+    TABLE ... SELECT is such a statement: in row format the binlog holds a plain CREATE TABLE and rows."""
     db = unique_name
     execute(sandbox.source, f"CREATE DATABASE {db}", f"CREATE TABLE {db}.cap (id INT PRIMARY KEY, v INT)",
             f"CREATE TABLE {db}.other (id INT PRIMARY KEY, v INT)")
-    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.cap",), server_id=next(_server_ids))
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.cap*",), server_id=next(_server_ids))
     log = run_until_refused(
         sandbox, unique_name, tmp_path,
         ["SET SESSION binlog_format = 'STATEMENT'",
          "INSERT INTO other VALUES (1, 1)", "UPDATE other SET v = 2",  # excluded: no error
          "SET SESSION binlog_format = 'ROW'", "INSERT INTO cap VALUES (1, 1)"],
-        ["SET SESSION binlog_format = 'STATEMENT'", "UPDATE other JOIN cap USING (id) SET cap.v = 3",
+        ["SET SESSION binlog_format = 'STATEMENT'", statement,
          "SET SESSION binlog_format = 'ROW'", "INSERT INTO cap VALUES (2, 2)"],
         db=db)
-    position = event_end(sandbox.source, "Query", "UPDATE other JOIN cap")
-    assert (f"error: {db}.cap changed by a statement (UPDATE) logged as text at binlog position "
+    position = event_end(sandbox.source, "Query", statement)
+    assert (f"error: {db}.{table} changed by a statement ({kind}) logged as text at binlog position "
             f"{position} (the end of its event): gate needs the rows and cannot rebuild them from a statement. A "
             "session set binlog_format to STATEMENT or MIXED (the global value may be ROW). Run SET GLOBAL "
             "binlog_format = 'ROW' (and binlog_format = ROW under [mysqld] in my.cnf) and keep applications from "
