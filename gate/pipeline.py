@@ -241,7 +241,8 @@ class Pipeline:
                 retry_for=retry_for)
             translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
                                     TableFilter(settings.allow, settings.deny),
-                                    describe_columns(source, retry_for, self._stopping))
+                                    describe_columns(source, retry_for, self._stopping),
+                                    lambda: f"{reader.stream.log_file}:{reader.stream.log_pos}")
             marker = read_marker(self._ctl_conn(), self.channel)
             items: Iterator[Item] = iter(reader)
             if marker is not None:
@@ -354,6 +355,7 @@ class Pipeline:
             if kind is Rows:
                 event = item.event
                 if translator.filter.passes(event.schema, event.table):
+                    translator.check_image(item)
                     if job is not None and job_stream is not reader.stream:
                         send()  # reconnected: the new stream's events are rebuilt with its own format
                     if job is None:
@@ -373,9 +375,7 @@ class Pipeline:
                 if job is not None and time.monotonic() - job.started >= FLUSH_AFTER:
                     send()
             elif kind is Statement:
-                change = translator.statement(item)
-                if change is not None:
-                    ops.append(("statement", change, item.timestamp))
+                ops.extend(("statement", change, item.timestamp) for change in translator.statement(item))
             if kind is Idle:
                 apply(wait=True)
                 flush()
