@@ -69,3 +69,7 @@ class FailoverError(GateError):
 
 class DrainAbandoned(GateError):
     """A second stop signal ended gate before its writers drained; a restart rewrites what was in flight."""
+
+
+class UnsupportedEvent(GateError):
+    """The binlog holds an event gate cannot translate without guessing; it stops instead of skipping it."""

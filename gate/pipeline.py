@@ -13,14 +13,15 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import pymysql
 
+from gate import xa
 from gate.checkpoint import Checkpointer
 from gate.config import ServerConfig
 from gate.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
@@ -31,7 +32,7 @@ from gate.failover import Deduper, StandbySampler, plan_switch, read_marker, wit
 from gate.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
                          current_position)
 from gate.sequencer import DCRow, Sequencer
-from gate.translate import TableFilter, Translator
+from gate.translate import Change, TableFilter, Translator
 from gate.writer import WriterPool
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
 JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
+T = TypeVar("T")
 
 
 class ChannelBusy(GateError):
@@ -159,6 +161,7 @@ class Pipeline:
                      self.channel, now.describe())
         removed = 0
         with conn.cursor() as cur:
+            xa.ensure_table(cur)
             while cur.execute(f"DELETE FROM {q(self.channel)}.transfer_data WHERE id > %s ORDER BY id LIMIT 20000",
                               (state.id,)):
                 removed += cur.rowcount
@@ -275,8 +278,12 @@ class Pipeline:
         order, until the rows before it are decoded. Applying ``ops`` in order numbers the rows, fills the
         writers' chunks and marks transaction boundaries for the checkpointer, as if decoded here."""
         instance = reader.server.address
-        # ("rows", job, index in job, timestamp) | ("begin",) | ("commit", Commit) | ("statement", change, timestamp)
+        # ("rows", job, index in job, timestamp) | ("begin", xid) | ("commit", Commit) | ("statement", change, timestamp)
         ops: deque[tuple[Any, ...]] = deque()
+        prepared: str | None = None  # xid of the XA PREPARE group being applied: its rows wait in gate_xa_pending
+        unstored: list[tuple[Change, int]] = []  # its changes not stored yet, with their source time
+        stored = 0  # how many of its changes are stored
+        resolved: list[str] = []  # xids whose outcome the chunk being filled passes
         job: Job | None = None  # the job being filled, not yet sent
         job_stream: Any = None  # the stream the current job's events came from
         jobs = 0
@@ -294,15 +301,53 @@ class Pipeline:
                 job = None
 
         def flush() -> None:
-            nonlocal rows, boundary, chunk_no
+            nonlocal rows, boundary, chunk_no, resolved
             if not rows and boundary is None:
                 return
             chunk_no += 1
-            checkpointer.add(chunk_no, boundary, bool(rows))
+            checkpointer.add(chunk_no, boundary, bool(rows), resolved)
             if rows:
                 pool.submit(chunk_no, rows)
             self.stats.rows += len(rows)
-            rows, boundary = [], None
+            rows, boundary, resolved = [], None, []
+
+        def store_prepared() -> None:
+            nonlocal unstored, stored
+            if unstored:
+                assert prepared is not None
+                xid, first, changes = prepared, stored + 1, unstored
+                self._on_dc(lambda conn: xa.store(conn, self.channel, xid, first, changes))
+                stored, unstored = stored + len(unstored), []
+
+        def begin(xid: str | None) -> None:
+            """A transaction starts; ``xid`` when it is an XA PREPARE group. An xid used again waits until
+            a checkpoint has deleted the stored changes of its earlier use."""
+            nonlocal prepared, unstored, stored
+            sequencer.begin()
+            if xid is not None and (xid in resolved or checkpointer.resolving(xid)):
+                flush()
+                while checkpointer.resolving(xid) and not self._abandon.is_set():
+                    checkpointer.committed(pool.acks(timeout=0.1))
+                    self._checkpoint(checkpointer)
+            prepared, unstored, stored = xid, [], 0
+
+        def xa_outcome(commit: Commit) -> None:
+            """PREPARE stores the group's changes; COMMIT numbers the stored ones as one transaction."""
+            nonlocal prepared
+            action, xid = commit.xa
+            if prepared == xid:  # the end of the first phase (or, on MySQL, a one-phase commit)
+                store_prepared()
+            prepared = None
+            if action == "PREPARE":
+                return
+            if action == "COMMIT":
+                seq = 0
+                while batch := self._on_dc(lambda conn: xa.read(conn, self.channel, xid, seq, batch_rows)):
+                    seq = batch[-1][0]
+                    rows.extend(sequencer.number([change for _, change in batch], commit.timestamp))
+                    if len(rows) >= batch_rows:
+                        flush()
+            resolved.append(xid)
 
         def apply(wait: bool) -> None:
             """Apply ``ops`` from the front while their rows are decoded; with ``wait``, all of them."""
@@ -320,14 +365,21 @@ class Pipeline:
                             send()
                         decoders.collect(timeout=0.5)
                         continue
-                    if not rows:
-                        chunk_since = time.monotonic()
-                    rows.extend(sequencer.number(decoded[op[2]], op[3]))
-                    if len(rows) >= batch_rows:
-                        flush()
+                    if prepared is not None:
+                        unstored.extend((change, op[3]) for change in decoded[op[2]])
+                        if len(unstored) >= batch_rows:
+                            store_prepared()
+                    else:
+                        if not rows:
+                            chunk_since = time.monotonic()
+                        rows.extend(sequencer.number(decoded[op[2]], op[3]))
+                        if len(rows) >= batch_rows:
+                            flush()
                 elif kind == "begin":
-                    sequencer.begin()
+                    begin(op[1])
                 elif kind == "commit":
+                    if op[1].xa is not None:
+                        xa_outcome(op[1])
                     pos = op[1].position
                     boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
                                            instance, op[1].timestamp)
@@ -352,7 +404,7 @@ class Pipeline:
                     if job.nbytes >= JOB_BYTES:
                         send()
             elif kind is Begin:
-                ops.append(("begin",))
+                ops.append(("begin", item.xid))
             elif kind is Commit:
                 self.stats.transactions += 1
                 ops.append(("commit", item))
@@ -382,6 +434,17 @@ class Pipeline:
                          now - self.stats.started)
         apply(wait=True)
         flush()
+
+    def _on_dc(self, work: Callable[[pymysql.Connection], T]) -> T:
+        """Run ``work`` on the control connection, retried while the DC is unreachable (until a second stop)."""
+        while True:
+            try:
+                return work(self._ctl_conn())
+            except (ConnectionFailed, pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+                if self._abandon.is_set():
+                    raise DrainAbandoned(f"stopped while the DC was unreachable ({exc})") from exc
+                log.warning("DC unreachable (%s); retrying", exc)
+                time.sleep(0.5)
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         try:
