@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gate.config import ChannelDefaults
 from gate.sandbox import MariaDBServer, Sandbox
-from tests.replay import dc_rows, make_channel, running, start_gate, wait_caught_up, wait_running
+from tests.replay import (dc_rows, make_channel, running, server_config, start_gate, wait_caught_up, wait_running,
+                          wait_sampled)
 
 PREPARED_AT, COMMITTED_AT = 1600000000, 1700000000  # source times given to the two phases (SET timestamp)
 
@@ -29,13 +32,13 @@ def _sql(source: MariaDBServer, *statements: str) -> None:
             cur.execute(statement)
 
 
-def _prepare(source: MariaDBServer, xid: str, *statements: str) -> None:
-    _sql(source, f"SET timestamp = {PREPARED_AT}", f"XA START '{xid}'", *statements, f"XA END '{xid}'",
+def _prepare(source: MariaDBServer, xid: str, *statements: str, at: int | None = PREPARED_AT) -> None:
+    _sql(source, f"SET timestamp = {at or 'DEFAULT'}", f"XA START '{xid}'", *statements, f"XA END '{xid}'",
          f"XA PREPARE '{xid}'")
 
 
-def _commit(source: MariaDBServer, xid: str) -> None:
-    _sql(source, f"SET timestamp = {COMMITTED_AT}", f"XA COMMIT '{xid}'")
+def _commit(source: MariaDBServer, xid: str, at: int | None = COMMITTED_AT) -> None:
+    _sql(source, f"SET timestamp = {at or 'DEFAULT'}", f"XA COMMIT '{xid}'")
 
 
 def _rows(dc: MariaDBServer, channel: str) -> list[tuple[Any, ...]]:
@@ -222,3 +225,32 @@ def test_xid_text_is_what_the_xa_statements_in_the_binlog_name(sandbox: Sandbox,
         wait_caught_up(sandbox.source, sandbox.dc, unique_name)
     assert [(r[0], r[1], r[5]) for r in _rows(sandbox.dc, unique_name)] == [(1, 1, _new(1))]
     assert _pending(sandbox.dc, unique_name) == []
+
+
+def test_failover_between_prepare_and_commit(make_sandbox: Callable[..., Sandbox]) -> None:
+    """The source commits a prepared transaction gate has stored, then dies before gate reads the commit:
+    the standby's copy of the XA COMMIT numbers the stored rows, and the PREPARE it repeats is dropped."""
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    _setup(box.source, "shop", "t")
+    box.wait_standby_caught_up()
+    defaults = ChannelDefaults(standby_sample_seconds=0.3, failover_after_seconds=2.0, failover_margin_seconds=1.0)
+    dc = make_channel(box.dc, box.source, "xafo", standby=server_config(box.standby), defaults=defaults)
+    with running(dc, "xafo"):
+        wait_sampled(box.dc, "xafo")
+        time.sleep(2.5)  # the switch resumes at a sample older than the last transaction minus the margin
+        _sql(box.source, _insert("shop", "t", 100))
+        _prepare(box.source, "fo", _insert("shop", "t", 1, 2, 3), at=None)
+        wait_caught_up(box.source, box.dc, "xafo")
+    assert [r[0] for r in dc_rows(box.dc, "xafo")] == [1] and len(_pending(box.dc, "xafo")) == 3
+    _commit(box.source, "fo", at=None)
+    _sql(box.source, _insert("shop", "t", 101))
+    box.wait_standby_caught_up()
+    box.source.kill()
+    with running(dc, "xafo"):
+        wait_caught_up(box.standby, box.dc, "xafo", timeout=60)
+    got = [(r[0], r[1], r[5], json.loads(r[7])["NEW"]) for r in dc_rows(box.dc, "xafo")]
+    src, standby = box.source.address, box.standby.address
+    assert got == [(1, 1, src, _new(100)), *((1 + n, 2, standby, _new(n)) for n in (1, 2, 3)),
+                   (5, 3, standby, _new(101))]
+    assert _pending(box.dc, "xafo") == []
