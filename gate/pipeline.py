@@ -347,6 +347,9 @@ class Pipeline:
                     rows.extend(sequencer.number([change for _, change in batch], commit.timestamp))
                     if len(rows) >= batch_rows:
                         flush()
+                if not seq:
+                    log.info("XA COMMIT %s: no stored changes (its tables are filtered out, or its XA PREPARE lies "
+                             "before the channel's start position)", xid)
             resolved.append(xid)
 
         def apply(wait: bool) -> None:

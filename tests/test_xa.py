@@ -254,3 +254,23 @@ def test_failover_between_prepare_and_commit(make_sandbox: Callable[..., Sandbox
     assert got == [(1, 1, src, _new(100)), *((1 + n, 2, standby, _new(n)) for n in (1, 2, 3)),
                    (5, 3, standby, _new(101))]
     assert _pending(box.dc, "xafo") == []
+
+
+def test_source_killed_between_prepare_and_commit(make_sandbox: Callable[..., Sandbox]) -> None:
+    """A prepared transaction outlives a crash of the source; its XA COMMIT then lies in the next binlog file."""
+    box = make_sandbox()
+    _setup(box.source, "shop", "t")
+    dc = make_channel(box.dc, box.source, "xacrash")
+    with running(dc, "xacrash"):
+        _prepare(box.source, "crash", _insert("shop", "t", 1, 2))
+        wait_caught_up(box.source, box.dc, "xacrash")
+        box.source.kill()
+        box.source.start()
+        with box.source.connect() as conn, conn.cursor() as cur:
+            cur.execute("XA RECOVER")
+            assert [row[3] for row in cur.fetchall()] == [b"crash"]
+        _commit(box.source, "crash")
+        wait_caught_up(box.source, box.dc, "xacrash")
+    assert _rows(box.dc, "xacrash") == [(1, 1, "t", COMMITTED_AT, "INSERT", _new(1)),
+                                        (2, 1, "t", COMMITTED_AT, "INSERT", _new(2))]
+    assert _pending(box.dc, "xacrash") == []
