@@ -321,20 +321,22 @@ class Pipeline:
 
         def begin(xid: str | None) -> None:
             """A transaction starts; ``xid`` when it is an XA PREPARE group. An xid used again waits until
-            a checkpoint has deleted the stored changes of its earlier use."""
+            a checkpoint has deleted the stored changes of its earlier use; whatever else is stored under
+            it (this group's own changes from an interrupted run, or what a moved start position left) goes."""
             nonlocal prepared, unstored, stored
             sequencer.begin()
-            if xid is not None and (xid in resolved or checkpointer.resolving(xid)):
-                flush()
-                while checkpointer.resolving(xid) and not self._abandon.is_set():
-                    checkpointer.committed(pool.acks(timeout=0.1))
-                    self._checkpoint(checkpointer)
+            if xid is not None:
+                if xid in resolved or checkpointer.resolving(xid):
+                    flush()
+                    while checkpointer.resolving(xid) and not self._abandon.is_set():
+                        checkpointer.committed(pool.acks(timeout=0.1))
+                        self._checkpoint(checkpointer)
+                self._on_dc(lambda conn: xa.discard(conn, self.channel, xid))
             prepared, unstored, stored = xid, [], 0
 
-        def xa_outcome(commit: Commit) -> None:
+        def xa_outcome(action: str, xid: str, timestamp: int) -> None:
             """PREPARE stores the group's changes; COMMIT numbers the stored ones as one transaction."""
             nonlocal prepared
-            action, xid = commit.xa
             if prepared == xid:  # the end of the first phase (or, on MySQL, a one-phase commit)
                 store_prepared()
             prepared = None
@@ -344,7 +346,7 @@ class Pipeline:
                 seq = 0
                 while batch := self._on_dc(lambda conn: xa.read(conn, self.channel, xid, seq, batch_rows)):
                     seq = batch[-1][0]
-                    rows.extend(sequencer.number([change for _, change in batch], commit.timestamp))
+                    rows.extend(sequencer.number([change for _, change in batch], timestamp))
                     if len(rows) >= batch_rows:
                         flush()
                 if not seq:
@@ -382,7 +384,7 @@ class Pipeline:
                     begin(op[1])
                 elif kind == "commit":
                     if op[1].xa is not None:
-                        xa_outcome(op[1])
+                        xa_outcome(*op[1].xa, op[1].timestamp)
                     pos = op[1].position
                     boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
                                            instance, op[1].timestamp)

@@ -43,3 +43,9 @@ def read(conn: pymysql.Connection, channel: str, xid: str, after_seq: int, batch
 def forget(cur: pymysql.cursors.Cursor, channel: str, xids: list[str]) -> None:
     """Delete the stored changes of XA transactions whose outcome the checkpoint passes."""
     cur.executemany(f"DELETE FROM {q(channel)}.{TABLE} WHERE xid = %s", [(xid,) for xid in xids])
+
+
+def discard(conn: pymysql.Connection, channel: str, xid: str) -> None:
+    """Delete whatever is stored under ``xid`` before a PREPARE of it is stored anew."""
+    with conn.cursor() as cur:
+        forget(cur, channel, [xid])

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pymysql
+
 from gate.config import ChannelDefaults
 from gate.sandbox import MariaDBServer, Sandbox
 from tests.replay import (dc_rows, make_channel, running, server_config, start_gate, wait_caught_up, wait_running,
@@ -37,8 +39,18 @@ def _prepare(source: MariaDBServer, xid: str, *statements: str, at: int | None =
          f"XA PREPARE '{xid}'")
 
 
-def _commit(source: MariaDBServer, xid: str, at: int | None = COMMITTED_AT) -> None:
-    _sql(source, f"SET timestamp = {at or 'DEFAULT'}", f"XA COMMIT '{xid}'")
+def _commit(source: MariaDBServer, xid: str, at: int | None = COMMITTED_AT, outcome: str = "COMMIT") -> None:
+    """XA COMMIT (or ROLLBACK) from another session. The server detaches a prepared transaction from the
+    session that prepared it after that session has gone, so for a moment the xid may be unknown."""
+    spec = xid if "," in xid else f"'{xid}'"  # "0x61,0x62,7" is given as it is
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return _sql(source, f"SET timestamp = {at or 'DEFAULT'}", f"XA {outcome} {spec}")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != 1397 or time.monotonic() > deadline:  # XAER_NOTA: Unknown XID
+                raise
+            time.sleep(0.05)
 
 
 def _rows(dc: MariaDBServer, channel: str) -> list[tuple[Any, ...]]:
@@ -121,7 +133,7 @@ def test_rollback_after_prepare_and_never_resolved_give_no_rows(sandbox: Sandbox
         with running(dc, unique_name):
             _prepare(sandbox.source, rolled, _insert(db, "t", 1, 2))
             _prepare(sandbox.source, hanging, _insert(db, "t", 3))
-            _sql(sandbox.source, f"XA ROLLBACK '{rolled}'")
+            _commit(sandbox.source, rolled, outcome="ROLLBACK")
             _sql(sandbox.source, f"SET timestamp = {COMMITTED_AT}", _insert(db, "t", 4))
             wait_caught_up(sandbox.source, sandbox.dc, unique_name)
         assert _rows(sandbox.dc, unique_name) == [(1, 1, "t", COMMITTED_AT, "INSERT", _new(4))]
@@ -129,7 +141,7 @@ def test_rollback_after_prepare_and_never_resolved_give_no_rows(sandbox: Sandbox
         assert _pending(sandbox.dc, unique_name) == [
             (_hex(hanging), 1, "t", "INSERT", {"NEW": _new(3)}, PREPARED_AT)]
     finally:
-        _sql(sandbox.source, f"XA ROLLBACK '{hanging}'")
+        _commit(sandbox.source, hanging, outcome="ROLLBACK")
 
 
 def test_one_phase_commit_and_filtered_xa_transactions(sandbox: Sandbox, unique_name: str) -> None:
@@ -169,6 +181,17 @@ def test_prepared_rows_survive_a_restart_and_a_channel_of_an_older_gate(sandbox:
         wait_caught_up(sandbox.source, sandbox.dc, unique_name)
     assert _rows(sandbox.dc, unique_name) == [(1, 1, "t", COMMITTED_AT, "INSERT", _new(1)),
                                               (2, 1, "t", COMMITTED_AT, "INSERT", _new(2))]
+    assert _pending(sandbox.dc, unique_name) == []
+    # a row stored under the xid that no PREPARE read from here on explains (as a start position moved
+    # past an XA COMMIT leaves them) is not taken for a change of the xid's next use
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO gate_xa_pending VALUES (%s, 2, %s, 't', 'INSERT', %s, 0)",
+                    (_hex(x), db, json.dumps({"NEW": _new(9)})))
+    with running(dc, unique_name):
+        _prepare(sandbox.source, x, _insert(db, "t", 3))
+        _commit(sandbox.source, x)
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert _rows(sandbox.dc, unique_name)[2:] == [(3, 2, "t", COMMITTED_AT, "INSERT", _new(3))]
     assert _pending(sandbox.dc, unique_name) == []
 
 
@@ -221,7 +244,7 @@ def test_xid_text_is_what_the_xa_statements_in_the_binlog_name(sandbox: Sandbox,
         _sql(sandbox.source, f"XA START {xid}", _insert(db, "t", 1), f"XA END {xid}", f"XA PREPARE {xid}")
         wait_caught_up(sandbox.source, sandbox.dc, unique_name)
         assert [r[0] for r in _pending(sandbox.dc, unique_name)] == [f"X'{gtrid}ff',X'00ab',7"]
-        _sql(sandbox.source, f"XA COMMIT {xid}")
+        _commit(sandbox.source, xid, at=None)
         wait_caught_up(sandbox.source, sandbox.dc, unique_name)
     assert [(r[0], r[1], r[5]) for r in _rows(sandbox.dc, unique_name)] == [(1, 1, _new(1))]
     assert _pending(sandbox.dc, unique_name) == []
