@@ -41,7 +41,7 @@ def read(conn: pymysql.Connection, channel: str, xid: str, after_seq: int, batch
 
 
 def forget(cur: pymysql.cursors.Cursor, channel: str, xids: list[str]) -> None:
-    """Delete the stored changes of these xids; the checkpoint that passes their outcome calls it."""
+    """Delete the stored changes of these xids (the caller owns the transaction)."""
     cur.executemany(f"DELETE FROM {q(channel)}.{TABLE} WHERE xid = %s", [(xid,) for xid in xids])
 
 
