@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import zlib
-import zoneinfo
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -16,7 +15,8 @@ import pymysql
 
 import dc_schema
 from gate import dc, failover
-from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier, parse_address
+from gate.config import (ChannelDefaults, Secret, ServerConfig, check_identifier, check_range, check_timezone,
+                         parse_address)
 from gate.dc import ChannelSettings, ResumeState
 from gate.errors import InvalidIdentifier, InvalidValue
 from gate.pipeline import ChannelBusy
@@ -82,16 +82,6 @@ def check_pattern(pattern: str) -> str:
     return pattern
 
 
-def check_timezone(name: str) -> str:
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise InvalidValue(
-            f"Time zone {name!r} is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."
-        ) from None
-    return name
-
-
 def _merged(patterns: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:
     """``patterns`` followed by the new valid ones of ``more``, without repeats."""
     return tuple(dict.fromkeys(patterns + tuple(check_pattern(p) for p in more)))
@@ -109,10 +99,8 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
     chosen = {"timezone": timezone, "binary_format": binary_format, "writers": writers}
     defaults = replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
     check_timezone(defaults.timezone)
-    if defaults.writers < 1:
-        raise InvalidValue(f"--writers must be 1 or more, not {defaults.writers}.")
-    if defaults.decoders < 1:
-        raise InvalidValue(f"channel_defaults.decoders must be 1 or more, not {defaults.decoders}.")
+    if writers is not None:
+        check_range("channel_defaults.writers", writers, "--writers")
     server_id = default_server_id(name) if server_id is None else server_id
     if not 0 < server_id <= MAX_SERVER_ID:
         raise InvalidValue(f"--server-id must be between 1 and {MAX_SERVER_ID}, not {server_id}.")
@@ -121,6 +109,7 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
     warnings: list[Problem] = []
     with dc.connect(dc_server, "DC") as conn:
         dc.check_new(conn, name)
+        dc.check_privileges(conn, name)
         if check:
             warnings += require_server(source, server_id, "source")
             if standby is not None:
@@ -178,10 +167,43 @@ def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
     return result
 
 
-def drop(dc_server: ServerConfig, name: str) -> None:
+def _lock_for_drop(conn: pymysql.Connection, name: str, force: bool) -> int | None:
+    """Take the channel's lock so that no gate starts running it meanwhile. Returns the DC connection of
+    a gate running the channel (only with ``force``; without, that refuses)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (f"gate:{name}",) * 2)
+        got, holder = cur.fetchone()
+    if got == 1:
+        return None
+    if not force:
+        raise ChannelBusy(
+            f"Channel '{name}' is running: a gate process holds its lock (DC connection {holder}). Stop gate first "
+            "(SIGTERM or Ctrl-C), then drop the channel; or add --force to drop it under the running gate, which "
+            "then stops with an error."
+        )
+    return int(holder)
+
+
+def drop_prompt(dc_server: ServerConfig, name: str, force: bool = False) -> str:
+    """What dropping ``name`` deletes, for the confirmation; refused as :func:`drop` would refuse it."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
+        _lock_for_drop(conn, name, force)
+        if dc.channel_exists(conn, name) and dc.unfinished(conn, name):
+            return f"Dropping channel '{name}' deletes its DC database, whose creation stopped part way"
+        dc.schema_version(conn, name)
+        rows = dc.read_resume(conn, name).id
+    return f"Dropping channel '{name}' deletes its DC database with {rows} checkpointed rows"
+
+
+def drop(dc_server: ServerConfig, name: str, force: bool = False) -> int | None:
+    """Drop the channel's database, also one whose creation stopped part way. Refused while a gate runs
+    the channel unless ``force``; then returns the DC connection of that gate, which stops with an error."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        running = _lock_for_drop(conn, name, force)
         dc.drop_channel(conn, name)
+    return running
 
 
 def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = (),
@@ -356,4 +378,4 @@ def switch(dc_server: ServerConfig, name: str, catch_up_seconds: float) -> dict[
         new_settings, new_state = failover.plan_switch(conn, settings, state, origin_server_id, failover.PLANNED)
     return {"channel": name, "from": settings.source.address, "to": new_settings.source.address,
             "at_id": state.id, "failover_mode": settings.failover_mode, "removed_rows_above_checkpoint": removed,
-            "resume": f"{new_state.log_file}:{new_state.log_pos}"}
+            "resume": new_state.describe()}

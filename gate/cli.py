@@ -374,28 +374,36 @@ def show(app: App, name: str) -> None:
 @channel.command()
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
+@click.option("--force", is_flag=True, help="drop it even while a gate runs the channel (that gate stops with an error)")
 @pass_app
-def drop(app: App, name: str, yes: bool) -> None:
+def drop(app: App, name: str, yes: bool, force: bool) -> None:
     """Drop a channel: its DC database with all captured data.
 
     Asks you to type the channel name to confirm, unless --yes is given; in a session without a
-    terminal it refuses without --yes. Users granted access keep their accounts.
+    terminal it refuses without --yes. Refused while a gate runs the channel, unless --force: the
+    database is then dropped under the running gate, which stops with a DC error (say so to whoever
+    runs it). A channel whose creation stopped part way is dropped too. Users granted access keep
+    their accounts.
 
     Example:
 
     \b
         gate channel drop shop --yes
     """
-    data = channels.show(app.dc, name)
+    prompt = channels.drop_prompt(app.dc, name, force)
     if not yes:
         need_terminal(f"Channel '{name}' was not dropped", "Add --yes to drop it with all its data.")
-        typed = click.prompt(
-            f"Dropping channel '{name}' deletes its DC database with {data['checkpoint']['id']} checkpointed "
-            "rows. Type the channel name to confirm", default="", show_default=False)
+        typed = click.prompt(f"{prompt}. Type the channel name to confirm", default="", show_default=False)
         if typed != name:
             raise NotConfirmed(f"Channel '{name}' was not dropped: the name typed did not match.")
-    channels.drop(app.dc, name)
-    app.emit({"dropped": name}, f"dropped channel {name}")
+    data: dict[str, Any] = {"dropped": name}
+    running = channels.drop(app.dc, name, force)
+    if running is not None:
+        click.echo(f"warning: a gate process was running channel '{name}' (DC connection {running}); its database "
+                   "is gone, so that gate stops with a DC error when it next writes. Stop it if it is still running.",
+                   err=True)
+        data["running_gate_connection"] = running
+    app.emit(data, f"dropped channel {name}")
 
 
 @channel.command(name="filter")
@@ -410,7 +418,8 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     A table is captured when the allow list is empty or one allow pattern matches it, and no deny
     pattern matches it. Patterns are db.table with the wildcards * (any characters) and ? (one
     character), matched case-sensitively. --allow and --deny add to the lists, --clear empties both
-    first; with no option the lists are only shown.
+    first; with no option the lists are only shown. A running gate applies the new lists within a few
+    seconds, from its next transaction on; rows a newly allowed table held before are not captured.
 
     Example:
 

@@ -70,6 +70,8 @@ def status(app: App, channel: str, sample: float) -> None:
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
     clock at sampling; samples are taken while gate runs). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
+    Last, any row the writers cannot write because it is larger than the DC server's
+    max_allowed_packet: its id, size and the setting to raise.
 
     Example:
 
@@ -81,8 +83,10 @@ def status(app: App, channel: str, sample: float) -> None:
     from gate.cli import pairs, table  # gate.cli registers this module's commands; import at call time
 
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches = result["switches"]
-    text = pairs({**result, "switches": len(switches)})
+    switches, stuck = result["switches"], result["stuck_rows"]
+    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
+    for row in stuck:
+        text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
     app.emit(result, text)

@@ -1,13 +1,15 @@
 """config.yaml: the DC server, defaults for new channels, the sandbox.
 
 Any string value may reference environment variables as ``${NAME}`` or ``${NAME:-default}``.
-Passwords are held as :class:`Secret`, whose repr and str never show the value.
+Passwords are held as :class:`Secret`, whose repr and str never show the value. Every number has a
+range (:data:`LIMITS`), checked here and by the command-line options that set the same values.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import zoneinfo
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +22,37 @@ DEFAULT_CONFIG = Path("config.yaml")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _ADDRESS = re.compile(r"^([A-Za-z0-9_.-]+)(?::([0-9]{1,5}))?$")
+
+# "section.key" -> the lowest and highest value it may have (inclusive)
+LIMITS: dict[str, tuple[float, float]] = {
+    "dc.port": (1, 65535),
+    "sandbox.source_port": (1, 65535),
+    "sandbox.standby_port": (1, 65535),
+    "sandbox.dc_port": (1, 65535),
+    "channel_defaults.writers": (1, 64),
+    "channel_defaults.decoders": (1, 64),
+    "channel_defaults.batch_rows": (1, 100_000),
+    "channel_defaults.checkpoint_interval_ms": (1, 600_000),
+    "channel_defaults.standby_sample_seconds": (0.1, 3600),
+    "channel_defaults.failover_after_seconds": (1, 86_400),
+    "channel_defaults.failover_margin_seconds": (0, 3600),
+}
+
+
+def out_of_range(key: str, value: float, what: str) -> str | None:
+    """What is wrong with ``value`` for the setting ``key`` of :data:`LIMITS` (named ``what``), or None.
+    NaN and infinities are out of every range."""
+    low, high = LIMITS[key]
+    if low <= value <= high:
+        return None
+    return f"{what} must be between {low:g} and {high:g}, not {value}."
+
+
+def check_range(key: str, value: float, option: str) -> None:
+    """Refuse a command-line ``option`` value outside the range of the setting ``key``."""
+    problem = out_of_range(key, value, option)
+    if problem:
+        raise InvalidValue(problem)
 
 
 class Secret:
@@ -53,18 +86,26 @@ class Secret:
 
 
 def expand_env(text: str, where: str) -> str:
-    """Replace ``${NAME}`` / ``${NAME:-default}`` references; a missing variable is an error."""
+    """Replace ``${NAME}`` / ``${NAME:-default}`` references. A variable that is unset or empty takes the
+    default; without one it is an error, as is a ``${`` that starts no complete reference."""
+    if "${" in _ENV_REF.sub("", text):
+        raise ConfigError(
+            f"{where} contains '${{' that is not a complete environment reference (a closing brace is missing?). "
+            "Write ${NAME} or ${NAME:-default}; a value that itself contains '${' must come from an environment "
+            "variable."
+        )
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         value = os.environ.get(name)
-        if value is not None:
+        if value:
             return value
         if default is not None:
             return default
+        state, fix = ("not set", "Export it") if value is None else ("set but empty", "Give it a value")
         raise ConfigError(
-            f"{where} refers to the environment variable {name}, which is not set. "
-            f"Export it (export {name}=...) or give a default as ${{{name}:-value}}."
+            f"{where} refers to the environment variable {name}, which is {state}. "
+            f"{fix} (export {name}=...) or give a default as ${{{name}:-value}}."
         )
 
     return _ENV_REF.sub(substitute, text)
@@ -77,6 +118,16 @@ def check_identifier(name: str, what: str) -> str:
             f"{what} {name!r} is not a safe identifier. Use 1 to 64 letters, digits or underscores, "
             "starting with a letter or underscore (no dots, spaces, quotes, backticks or semicolons)."
         )
+    return name
+
+
+def check_timezone(name: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InvalidValue(
+            f"Time zone {name!r} is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."
+        ) from None
     return name
 
 
@@ -187,10 +238,26 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
     return value
 
 
-def _section(raw: Any, cls: type, name: str) -> Any:
+def _setting(value: Any, kind: Any, key: str, where: str) -> Any:
+    """One value of config.yaml: its type, then its range; errors name ``where`` (file and line) and ``key``."""
+    try:
+        value = _coerce(value, kind, key)
+        if key == "channel_defaults.timezone":
+            check_timezone(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except InvalidValue as exc:
+        raise ConfigError(f"{where}: {key}: {exc}") from None
+    problem = out_of_range(key, value, key) if key in LIMITS else None
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    return value
+
+
+def _section(raw: Any, cls: type, name: str, source: str) -> Any:
     if raw is None:
         return cls()
-    if not isinstance(raw, dict):
+    if not isinstance(raw, _Mapping):
         raise ConfigError(f"config section '{name}' must be a mapping of keys to values.")
     known = {f.name: f.type for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
@@ -199,16 +266,55 @@ def _section(raw: Any, cls: type, name: str) -> Any:
             f"config section '{name}' has unknown key(s) {', '.join(map(str, unknown))}; "
             f"the keys it accepts are {', '.join(known)}."
         )
-    return cls(**{k: _coerce(v, known[k], f"{name}.{k}") for k, v in raw.items()})
+    lines = raw.lines
+    return cls(**{k: _setting(v, known[k], f"{name}.{k}", f"{source} line {lines.get(k, raw.line)}")
+                  for k, v in raw.items()})
+
+
+class _Mapping(dict[Any, Any]):
+    """A YAML mapping that remembers its line and the line of each key."""
+
+    line: int
+    lines: dict[Any, int]
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping and records each key's line."""
+
+    source = "config.yaml"
+
+    def construct_config_mapping(self, node: yaml.MappingNode) -> _Mapping:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *anchor' merges keys in; a key given after it overrides them
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in lines:
+                raise ConfigError(
+                    f"{self.source} line {line}: the key {key!r} is given twice in one section (first at line "
+                    f"{lines[key]}). Keep one of them."
+                )
+            lines[key] = line
+        mapping = _Mapping(self.construct_mapping(node, deep=True))
+        mapping.line, mapping.lines = node.start_mark.line + 1, lines
+        return mapping
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_config_mapping)
 
 
 def parse_config(text: str, source: str = "config.yaml") -> Config:
+    loader = _Loader(text)
+    loader.source = source
     try:
-        raw = yaml.safe_load(text)
+        raw = loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{source} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
+    finally:
+        loader.dispose()
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -219,7 +325,7 @@ def parse_config(text: str, source: str = "config.yaml") -> Config:
             f"{source} has unknown section(s) {', '.join(map(str, unknown))}; "
             f"the sections it accepts are {', '.join(_SECTIONS)}."
         )
-    return Config(**{name: _section(raw.get(name), cls, name) for name, cls in _SECTIONS.items()})
+    return Config(**{name: _section(raw.get(name), cls, name, source) for name, cls in _SECTIONS.items()})
 
 
 def load_config(path: Path | str | None = None) -> Config:
@@ -229,5 +335,14 @@ def load_config(path: Path | str | None = None) -> Config:
         if path or os.environ.get("GATE_CONFIG"):
             raise ConfigError(f"config file {chosen} does not exist. Pass --config with the path of your config.yaml.")
         return Config()
-    config = parse_config(chosen.read_text(encoding="utf-8"), str(chosen))
+    data = chosen.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{chosen} line {line}: byte 0x{data[exc.start]:02x} is not UTF-8 text. "
+            "Save the file as UTF-8."
+        ) from None
+    config = parse_config(text, str(chosen))
     return Config(config.dc, config.channel_defaults, config.sandbox, config.log, chosen)

@@ -7,6 +7,7 @@ per name) and its resume position in ``gate_resume``, next to the contract table
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -14,9 +15,12 @@ import pymysql
 
 import dc_schema
 from gate.config import ChannelDefaults, Secret, ServerConfig, check_identifier
-from gate.errors import ChannelExists, ChannelNotFound, ConnectionFailed, SchemaVersionError
+from gate.errors import ChannelExists, ChannelNotFound, ConnectionFailed, GateError, SchemaVersionError
 
 GATE_VERSION = "0.1.0"
+CHANNEL_COMMENT = "gate channel"  # the comment of every channel database gate creates
+# what gate does in a channel database; the DC user needs them before a channel is created
+CHANNEL_PRIVILEGES = ("CREATE", "DROP", "SELECT", "INSERT", "UPDATE", "DELETE")
 
 
 def connect(server: ServerConfig, role: str, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
@@ -39,6 +43,10 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
                 f"Check that it is running and that host and port are right."
             ) from None
         raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
+
+
+class MissingPrivileges(GateError):
+    """The DC user lacks a privilege gate needs in a channel database."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,16 @@ class ResumeState:
     def moved(self, **changes: Any) -> ResumeState:
         return replace(self, **changes)
 
+    def describe(self) -> str:
+        return describe_position(self.log_file, self.log_pos, self.gtid_pos)
+
+
+def describe_position(log_file: str | None, log_pos: int | None, gtid_pos: str | None) -> str:
+    """A binlog position as messages show it: ``FILE:POS``, ``FILE:POS (GTID ...)`` or ``GTID ...``."""
+    if not log_file:
+        return f"GTID {gtid_pos}" if gtid_pos else "no position yet"
+    return f"{log_file}:{log_pos}" + (f" (GTID {gtid_pos})" if gtid_pos else "")
+
 
 def q(name: str) -> str:
     """Backquote an identifier that check_identifier has accepted."""
@@ -123,6 +141,32 @@ def channel_exists(conn: pymysql.Connection, name: str) -> bool:
         return cur.fetchone() is not None
 
 
+def channel_tables() -> set[str]:
+    """The tables of a channel database, as dc_schema creates them."""
+    return set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", " ".join(dc_schema.ddl_statements())))
+
+
+def unfinished(conn: pymysql.Connection, name: str) -> bool:
+    """Whether ``name`` is a channel database whose creation stopped part way: no table but gate's, no
+    schema version recorded (gate records it last, with the settings), and gate's comment on the
+    database, or (made before gate set that comment) the contract tables and an empty gate_meta."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT schema_comment FROM information_schema.schemata WHERE schema_name = %s", (name,))
+        row = cur.fetchone()
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
+        tables = {r[0] for r in cur.fetchall()}
+        if row is None or not tables <= channel_tables():
+            return False
+        if "gate_meta" in tables and cur.execute(f"SELECT 1 FROM {q(name)}.gate_meta LIMIT 1"):
+            return False
+    return row[0] == CHANNEL_COMMENT or {*dc_schema.CONTRACT_TABLES, "gate_meta"} <= tables
+
+
+def _unfinished_message(name: str) -> str:
+    return (f"Channel '{name}' was not completely created (its creation stopped part way), so gate cannot use "
+            f"it. Remove it with 'gate channel drop {name}' and create it again.")
+
+
 def schema_version(conn: pymysql.Connection, name: str) -> int:
     """The version a channel database was created with; errors for missing or incompatible ones."""
     if not channel_exists(conn, name):
@@ -131,11 +175,14 @@ def schema_version(conn: pymysql.Connection, name: str) -> int:
         cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'gate_meta'", (name,))
         if cur.fetchone() is None:
             raise SchemaVersionError(
+                _unfinished_message(name) if unfinished(conn, name) else
                 f"Database '{name}' on the DC server is not a gate channel (it has no gate_meta table), so gate "
                 "leaves it alone. 'gate channel list' shows the channels there."
             )
     version = stored_schema_version(conn, name)
     if version not in dc_schema.COMPATIBLE_VERSIONS:
+        if unfinished(conn, name):
+            raise SchemaVersionError(_unfinished_message(name))
         raise SchemaVersionError(
             f"Channel '{name}' has DC schema version {version}, which this gate ({GATE_VERSION}, schema "
             f"version {dc_schema.SCHEMA_VERSION}) cannot use. Run the gate version that created it, or "
@@ -162,6 +209,8 @@ def list_channels(conn: pymysql.Connection) -> list[str]:
 def check_new(conn: pymysql.Connection, name: str) -> None:
     """Refuse a channel name that a database on the DC server already has."""
     if channel_exists(conn, name):
+        if unfinished(conn, name):
+            raise ChannelExists(_unfinished_message(name))
         if name not in list_channels(conn):
             raise ChannelExists(
                 f"The DC server already has a database '{name}', and it is not a gate channel. "
@@ -173,12 +222,37 @@ def check_new(conn: pymysql.Connection, name: str) -> None:
         )
 
 
+def check_privileges(conn: pymysql.Connection, name: str) -> None:
+    """Refuse to create channel ``name`` when the DC user lacks a privilege gate needs in it: creating
+    would stop part way. Privileges count on all databases, on ``name`` and through enabled roles."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        user, host = cur.fetchone()[0].rsplit("@", 1)
+        cur.execute("SELECT role_name FROM information_schema.enabled_roles")
+        grantees = [f"'{user}'@'{host}'"] + [f"'{role}'@''" for (role,) in cur.fetchall()]
+        marks = ", ".join(["%s"] * len(grantees))
+        cur.execute(
+            f"SELECT privilege_type FROM information_schema.user_privileges WHERE grantee IN ({marks}) UNION "
+            f"SELECT privilege_type FROM information_schema.schema_privileges WHERE grantee IN ({marks}) "
+            "AND %s LIKE table_schema", (*grantees, *grantees, name))
+        held = {row[0] for row in cur.fetchall()}
+    missing = [p for p in CHANNEL_PRIVILEGES if p not in held]
+    if missing:
+        raise MissingPrivileges(
+            f"The DC user {user}@{host} lacks {', '.join(missing)} on the database '{name}', which gate needs to "
+            f"create and run a channel; nothing was created. Grant them on the DC server, e.g. GRANT "
+            f"{', '.join(CHANNEL_PRIVILEGES)} ON `{name}`.* TO '{user}'@'{host}', and create the channel again."
+        )
+
+
 def create_channel(conn: pymysql.Connection, settings: ChannelSettings) -> None:
-    """Create the channel database with every table, its settings and an empty checkpoint."""
+    """Create the channel database with every table, its settings and an empty checkpoint. Nothing
+    stays behind when it fails (unless the server goes away meanwhile; then
+    :func:`drop_channel` recognises and removes the unfinished database)."""
     name = settings.name
     check_new(conn, name)
     with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {q(name)} DEFAULT CHARACTER SET utf8mb4")
+        cur.execute(f"CREATE DATABASE {q(name)} DEFAULT CHARACTER SET utf8mb4 COMMENT %s", (CHANNEL_COMMENT,))
         try:
             for statement in dc_schema.ddl_statements():
                 cur.execute(f"USE {q(name)}")
@@ -244,6 +318,8 @@ def write_resume(cur: pymysql.cursors.Cursor, name: str, state: ResumeState) -> 
 
 
 def drop_channel(conn: pymysql.Connection, name: str) -> None:
-    schema_version(conn, name)
+    """Drop a channel's database: a usable one, or one whose creation stopped part way."""
+    if not (channel_exists(conn, name) and unfinished(conn, name)):
+        schema_version(conn, name)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE {q(name)}")

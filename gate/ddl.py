@@ -2,7 +2,9 @@
 
 sqlparse lexes the text (it is a non-validating lexer); a small hand-written
 recursive-descent parser walks its tokens.  Table changes that are not modelled
-end up in ``OTHERS``; every payload but TRUNCATE's carries the original text in ``SQL``.
+end up in ``OTHERS``; every payload but TRUNCATE's carries the original text in ``SQL`` (a
+multi-table DROP or RENAME, one row per table, the text for that table alone).  The module
+also names the kind of any statement and the tables of statement-format DML.
 """
 from __future__ import annotations
 
@@ -24,6 +26,16 @@ class DdlChange:
     tablename: str
     data: dict[str, Any]
 
+
+SEQUENCE_COLUMNS = tuple(
+    {"field_name": name, "nullable": "No", "primary_key": "No", "data_type": data_type}
+    for name, data_type in [
+        ("next_not_cached_value", "bigint(21)"), ("minimum_value", "bigint(21)"), ("maximum_value", "bigint(21)"),
+        ("start_value", "bigint(21)"), ("increment", "bigint(21)"), ("cache_size", "bigint(21) unsigned"),
+        ("cycle_option", "tinyint(1) unsigned"), ("cycle_count", "bigint(21)"),
+    ]
+)
+"""The columns of the table behind every MariaDB sequence, as ``CREATE SEQUENCE`` makes it."""
 
 ColumnDescriber = Callable[[str, str], list[dict[str, str]]]
 """(db, table) -> that table's CREATETABLE column dicts."""
@@ -365,35 +377,39 @@ def _create_table(cur: _Cursor) -> DdlChange:
     query = _starts_query(body_toks) or _has_query(cur)
     if not body_toks and not query:
         raise _NotModelled  # a table needs columns
-    columns = [] if _starts_query(body_toks) else _columns(body)
-    if query and not columns and ctx.describe:
-        columns = ctx.describe(db, table)
-    data: dict[str, Any] = {"NEW": columns, "SQL": ctx.statement}
+    columns, key = ([], []) if _starts_query(body_toks) else _columns(body)
+    data: dict[str, Any] = {"NEW": columns, "primary_key": key} if key else {"NEW": columns}
+    data["SQL"] = ctx.statement
     if query:
         data["SELECT"] = True
     return DdlChange("CREATETABLE", db, table, data)
 
 
-def _columns(body: _Cursor) -> list[dict[str, str]]:
-    """The CREATETABLE column dicts of a CREATE TABLE body."""
+def _columns(body: _Cursor) -> tuple[list[dict[str, str]], list[str]]:
+    """The CREATETABLE column dicts of a CREATE TABLE body and its primary key's columns in key order."""
     columns: list[_Column] = []
-    primary: set[str] = set()
+    key: list[str] = []
     for item in _split(body.rest()):
         definition = _definition(body.sub(item)) if item else None
         if isinstance(definition, _Column):
             columns.append(definition)
+            if definition.primary:
+                key = [definition.name]
         elif isinstance(definition, _Index) and definition.name == "PRIMARY":
-            primary.update(name.casefold() for name in definition.columns)
+            key = definition.columns
+    names = {column.name.casefold(): column.name for column in columns}
+    key = [names.get(name.casefold(), name) for name in key]  # as the column definition spells it
+    primary = {name.casefold() for name in key}
     result = []
     for column in columns:
-        in_key = column.primary or column.name.casefold() in primary
+        in_key = column.name.casefold() in primary
         result.append({
             "field_name": column.name,
             "nullable": "No" if column.not_null or in_key else "Yes",
             "primary_key": "Yes" if in_key else "No",
             "data_type": column.data_type,
         })
-    return result
+    return result, key
 
 
 def _continues(clause: list[_Tok], item: list[_Tok]) -> bool:
@@ -515,20 +531,30 @@ def _drop_index(cur: _Cursor) -> DdlChange:
     return DdlChange("ALTERTABLE", db, table, {"DROPINDEX": [name], "SQL": cur.ctx.statement})
 
 
-def _rename_table(cur: _Cursor) -> DdlChange:
-    """``... [IF EXISTS] a TO b, ...``."""
+def _rename_table(cur: _Cursor) -> list[DdlChange]:
+    """``... [IF EXISTS] a TO b, ...``: a RENAME row per pair."""
     cur.accept("IF", "EXISTS")
-    renames = []
-    for item in _split(cur.rest()):
+    rows = []
+    for text, item in _per_table(cur):
         c = cur.sub(item)
         old = c.table()
         c.skip_wait()
         c.expect("TO")
         new = c.table()
         c.finish()
-        renames.append({"from": _table_ref(*old), "to": _table_ref(*new)})
-    first = renames[0]["from"]
-    return DdlChange("RENAME", first["dbname"], first["tablename"], {"RENAME": renames, "SQL": cur.ctx.statement})
+        rows.append(DdlChange("RENAME", *old, {"RENAME": [{"from": _table_ref(*old), "to": _table_ref(*new)}],
+                                               "SQL": text}))
+    return rows
+
+
+def _per_table(cur: _Cursor) -> list[tuple[str, list[_Tok]]]:
+    """The comma-separated items of a multi-table statement, each with the statement's text for it alone:
+    the original text when there is one item, else the leading keywords and the item's own text."""
+    items = _split(cur.rest())
+    if len(items) == 1:
+        return [(cur.ctx.statement, items[0])]
+    head = cur.ctx.code[: items[0][0].start] if items[0] else ""
+    return [(head + cur.ctx.text(item) if item else "", item) for item in items]
 
 
 def _truncate(cur: _Cursor) -> DdlChange:
@@ -539,32 +565,54 @@ def _truncate(cur: _Cursor) -> DdlChange:
     return DdlChange("TRUNCATE", db, table, {})
 
 
-def _drop_table(cur: _Cursor) -> DdlChange:
-    """``... [IF EXISTS] a, b [RESTRICT | CASCADE]``."""
+def _drop_table(cur: _Cursor) -> list[DdlChange]:
+    """``... [IF EXISTS] a, b [RESTRICT | CASCADE]``: a DROPTABLE row per table."""
     cur.accept("IF", "EXISTS")
-    tables = []
-    for item in _split(cur.rest()):
+    rows = []
+    for text, item in _per_table(cur):
         c = cur.sub(item)
-        tables.append(_table_ref(*c.table()))
+        db, table = c.table()
         c.skip_wait()
         c.accept_any("RESTRICT", "CASCADE")
         c.finish()
-    first = tables[0]
-    return DdlChange("DROPTABLE", first["dbname"], first["tablename"], {"DROPTABLE": tables, "SQL": cur.ctx.statement})
+        rows.append(DdlChange("DROPTABLE", db, table, {"DROPTABLE": [_table_ref(db, table)], "SQL": text}))
+    return rows
 
 
-def _handler(cur: _Cursor) -> Callable[[_Cursor], DdlChange] | None:
+def _create_sequence(cur: _Cursor) -> DdlChange:
+    """``... [IF NOT EXISTS] s [options]`` as the CREATETABLE of the sequence's one-row table."""
+    cur.accept("IF", "NOT", "EXISTS")
+    db, table = cur.table()
+    return DdlChange("CREATETABLE", db, table, {"NEW": [dict(column) for column in SEQUENCE_COLUMNS],
+                                                "SQL": cur.ctx.statement})
+
+
+def _alter_sequence(cur: _Cursor) -> DdlChange:
+    """``... [IF EXISTS] s options``: a change of the sequence's values, not of its columns (OTHERS)."""
+    cur.accept("IF", "EXISTS")
+    cur.table()
+    raise _NotModelled
+
+
+Parser = Callable[[_Cursor], DdlChange | list[DdlChange]]
+
+
+def _handler(cur: _Cursor) -> Parser | None:
     """Consume the statement's leading keywords; the parser for the rest, or None if not about a table."""
     if cur.accept("CREATE"):
         cur.accept("OR", "REPLACE")
         if cur.accept("TABLE"):  # CREATE TEMPORARY TABLE is not replicated
             return _create_table
+        if cur.accept("SEQUENCE"):  # so is CREATE TEMPORARY SEQUENCE
+            return _create_sequence
         cur.accept_any("ONLINE", "OFFLINE")
         cur.accept_any("UNIQUE", "FULLTEXT", "SPATIAL")
         return _create_index if cur.accept("INDEX") else None
     if cur.accept("ALTER"):
         cur.accept_any("ONLINE", "OFFLINE")
         cur.accept("IGNORE")
+        if cur.accept("SEQUENCE"):
+            return _alter_sequence
         return _alter_table if cur.accept("TABLE") else None
     if cur.accept("RENAME"):
         return _rename_table if cur.accept_any("TABLE", "TABLES") else None
@@ -572,17 +620,19 @@ def _handler(cur: _Cursor) -> Callable[[_Cursor], DdlChange] | None:
         cur.accept("TABLE")
         return _truncate
     if cur.accept("DROP"):  # DROP TEMPORARY TABLE is not replicated
-        if cur.accept_any("TABLE", "TABLES"):
+        if cur.accept_any("TABLE", "TABLES", "SEQUENCE"):
             return _drop_table
         return _drop_index if cur.accept("INDEX") else None
     return None
 
 
-def parse_ddl(statement: str, default_db: str, describe: ColumnDescriber | None = None) -> DdlChange | None:
-    """Model statement as a ``transfer_data`` row, or None if it is not about a (non-temporary) table.
+def parse_ddl(statement: str, default_db: str, describe: ColumnDescriber | None = None) -> list[DdlChange]:
+    """Model statement as ``transfer_data`` rows: none if it is not about a (non-temporary) table, one per
+    table for a multi-table DROP TABLE or RENAME TABLE, else one.
 
     default_db is the session's database, used for unqualified names; describe, if given,
-    supplies the columns of ``CREATE TABLE ... LIKE`` and ``CREATE TABLE ... SELECT``.
+    supplies the columns of ``CREATE TABLE ... LIKE``. (``CREATE TABLE ... SELECT`` reaches the binlog as
+    such only in statement format, which gate refuses: it is modelled with the columns it lists, if any.)
     A table statement that cannot be modelled becomes ``ALTERTABLE {"OTHERS": [statement]}``.
     """
     toks, code = _lex(statement)
@@ -590,9 +640,89 @@ def parse_ddl(statement: str, default_db: str, describe: ColumnDescriber | None 
     cur = _Cursor(toks, ctx)
     handler = _handler(cur)
     if handler is None:
-        return None
+        return []
     try:
-        return handler(cur)
+        changes = handler(cur)
     except _NotModelled:
         db, table = ctx.tables[0] if ctx.tables else (default_db, "")
-        return DdlChange("ALTERTABLE", db, table, {"OTHERS": [statement], "SQL": statement})
+        return [DdlChange("ALTERTABLE", db, table, {"OTHERS": [statement], "SQL": statement})]
+    return changes if isinstance(changes, list) else [changes]
+
+
+def statement_kind(statement: str) -> str:
+    """The statement's first keyword, with the next one after CREATE, SET and the like (``CREATE USER``):
+    what can be logged of a statement whose text may hold a password. Never a quoted name or a literal."""
+    toks = _lex(statement)[0]
+    words = [_word(tok) for tok in toks[:2]]
+    if words[1:] and words[0] in _TWO_WORD_KINDS and words[1]:
+        return f"{words[0]} {words[1]}"
+    return words[0] if words and words[0] else "unnamed"
+
+
+_TWO_WORD_KINDS = frozenset(
+    "CREATE ALTER DROP RENAME SET CHANGE SHOW FLUSH LOAD INSTALL UNINSTALL START STOP RESET PURGE".split())
+_DML_STOP = ("WHERE", "SET", "ORDER", "LIMIT", "RETURNING")
+
+
+def dml_tables(statement: str, default_db: str) -> list[tuple[str, str]] | None:
+    """The tables an INSERT, REPLACE, UPDATE, DELETE or LOAD DATA/XML statement names as its targets (for
+    UPDATE and DELETE every table of their table references, the read ones too); None for other statements.
+    An unqualified name is in default_db; the list is empty when the names cannot be read."""
+    toks, code = _lex(statement)
+    cur = _Cursor(toks, _Context(statement, code, default_db, None))
+    try:
+        if cur.accept_any("INSERT", "REPLACE"):
+            cur.accept_any("LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY")
+            cur.accept("IGNORE")
+            cur.accept("INTO")
+            cur.table()
+        elif cur.accept("LOAD"):
+            if not cur.accept_any("DATA", "XML"):
+                return None
+            cur.accept_any("LOW_PRIORITY", "CONCURRENT")
+            cur.accept("LOCAL")
+            cur.expect("INFILE")
+            cur.next()
+            cur.accept_any("REPLACE", "IGNORE")
+            cur.expect("INTO", "TABLE")
+            cur.table()
+        elif cur.accept("UPDATE"):
+            _table_refs(cur)
+        elif cur.accept("DELETE"):
+            while cur.accept_any("LOW_PRIORITY", "QUICK", "IGNORE"):
+                pass
+            while not cur.done() and not cur.at("FROM"):  # DELETE t1, t2 FROM ...: targets named again after FROM
+                cur.next()
+            cur.expect("FROM")
+            _table_refs(cur)
+        else:
+            return None
+    except _NotModelled:
+        pass
+    return cur.ctx.tables
+
+
+def _table_refs(cur: _Cursor) -> None:
+    """Read the table names of a table reference list (joins, ``USING`` too) up to the clause that ends it."""
+    expecting = True
+    while not cur.done() and not cur.at(*_DML_STOP):
+        if expecting and cur.at_punct("("):
+            inner = cur.group()
+            if not _starts_query(inner):
+                _table_refs(cur.sub(inner))  # a parenthesised join
+            expecting = False
+        elif expecting:
+            cur.table()
+            expecting = False
+        elif cur.at_punct(",") or cur.at("JOIN", "STRAIGHT_JOIN", "FROM"):
+            cur.next()
+            expecting = True
+        elif cur.accept("USING"):  # DELETE ... USING t, or a join's USING (columns)
+            if cur.at_punct("("):
+                cur.group()
+            else:
+                expecting = True
+        elif cur.at_punct("("):
+            cur.group()
+        else:
+            cur.next()

@@ -71,5 +71,17 @@ class DrainAbandoned(GateError):
     """A second stop signal ended gate before its writers drained; a restart rewrites what was in flight."""
 
 
+class RowTooLarge(GateError):
+    """One row's INSERT is larger than the DC server's max_allowed_packet: it cannot be written until that is raised."""
+
+    def __init__(self, row_id: int, size: int, max_packet: int) -> None:
+        super().__init__(f"Row id {row_id} does not fit the DC server's max_allowed_packet: its INSERT is {size} bytes "
+                         f"and the server accepts packets of {max_packet} bytes. Raise max_allowed_packet on the DC "
+                         "server above the INSERT's size.")
+        self.row_id = row_id
+        self.size = size
+        self.max_packet = max_packet
+
+
 class UnsupportedEvent(GateError):
     """The binlog holds an event gate cannot translate without guessing; it stops instead of skipping it."""

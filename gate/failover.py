@@ -314,8 +314,7 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
                 changes.extend(translator.rows(part))
             elif type(part) is Statement:
                 first_time = part.timestamp if not changes else first_time
-                change = translator.statement(part)
-                changes.extend([change] if change else [])
+                changes.extend(translator.statement(part))
         gtid = begin.gtid if type(begin) is Begin else None
         server_id = begin.server_id if type(begin) is Begin else 0
         xa_step = item.xa is not None and deduper.marker.mode == "gtid" and gtid is not None

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
 JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 PROGRESS_EVERY = 10.0
+FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
 T = TypeVar("T")
 
 
@@ -188,8 +189,17 @@ class Pipeline:
             if self.preflight:
                 from gate.preflight import require_channel
 
-                for problem in require_channel(settings):
+                try:
+                    problems = require_channel(settings)
+                except GateError:
+                    if not self._stopping.is_set():
+                        raise
+                    problems = []  # a stop signal came while the checks waited: stopping matters now
+                for problem in problems:
                     log.warning("preflight: %s", problem)
+            if self._stopping.is_set():
+                log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
+                return self.stats
             state = self._prepare(settings)
             try:
                 self._run_source(settings, state)
@@ -234,7 +244,8 @@ class Pipeline:
                 retry_for=retry_for)
             translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
                                     TableFilter(settings.allow, settings.deny),
-                                    describe_columns(source, retry_for, self._stopping))
+                                    describe_columns(source, retry_for, self._stopping),
+                                    lambda: f"{reader.stream.log_file}:{reader.stream.log_pos}")
             marker = read_marker(self._ctl_conn(), self.channel)
             items: Iterator[Item] = iter(reader)
             if marker is not None:
@@ -292,6 +303,7 @@ class Pipeline:
         chunk_no = 0
         chunk_since = time.monotonic()
         next_progress = chunk_since + PROGRESS_EVERY
+        next_filter = chunk_since + FILTER_EVERY
         logged = checkpointer.state
 
         def send() -> None:
@@ -400,6 +412,7 @@ class Pipeline:
             if kind is Rows:
                 event = item.event
                 if translator.filter.passes(event.schema, event.table):
+                    translator.check_image(item)
                     if job is not None and job_stream is not reader.stream:
                         send()  # reconnected: the new stream's events are rebuilt with its own format
                     if job is None:
@@ -409,6 +422,9 @@ class Pipeline:
                     if job.nbytes >= JOB_BYTES:
                         send()
             elif kind is Begin:
+                if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
+                    next_filter = time.monotonic() + FILTER_EVERY
+                    self._reread_filter(translator, reader.boundary.describe())
                 ops.append(("begin", item.xid))
             elif kind is Commit:
                 self.stats.transactions += 1
@@ -416,9 +432,7 @@ class Pipeline:
                 if job is not None and time.monotonic() - job.started >= FLUSH_AFTER:
                     send()
             elif kind is Statement:
-                change = translator.statement(item)
-                if change is not None:
-                    ops.append(("statement", change, item.timestamp))
+                ops.extend(("statement", change, item.timestamp) for change in translator.statement(item))
             if kind is Idle:
                 apply(wait=True)
                 flush()
@@ -434,9 +448,8 @@ class Pipeline:
             if now >= next_progress and checkpointer.state is not logged:
                 next_progress = now + PROGRESS_EVERY
                 state = logged = checkpointer.state
-                log.info("checkpoint id=%d tid=%d at %s:%s; %d rows in %.0f s",
-                         state.id, state.tid, state.log_file, state.log_pos, self.stats.rows,
-                         now - self.stats.started)
+                log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
+                         state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
         apply(wait=True)
         flush()
 
@@ -450,6 +463,19 @@ class Pipeline:
                     raise DrainAbandoned(f"stopped while the DC was unreachable ({exc})") from exc
                 log.warning("DC unreachable (%s); retrying", exc)
                 time.sleep(0.5)
+
+    def _reread_filter(self, translator: Translator, at: str) -> None:
+        """Apply the channel's allow and deny lists as stored now ('gate channel filter' while gate runs)."""
+        try:
+            settings = read_settings(self._ctl_conn(), self.channel)
+        except (GateError, pymysql.err.Error) as exc:
+            log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
+            return
+        new, old = TableFilter(settings.allow, settings.deny), translator.filter
+        if new != old:
+            translator.filter = new
+            log.info("channel %s: filter changed to allow %s, deny %s (was allow %s, deny %s); applied from %s on",
+                     self.channel, list(new.allow), list(new.deny), list(old.allow), list(old.deny), at)
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         try:
@@ -481,5 +507,5 @@ class Pipeline:
                 f"Channel {self.channel} stopped at the second signal without draining its writers. The "
                 f"checkpoint stored in the DC is at most id={state.id} tid={state.tid}; the next 'gate run "
                 f"{self.channel}' removes the rows above it and reads them again, so nothing is lost.")
-        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s:%s",
-                 self.channel, state.id, state.tid, state.log_file, state.log_pos)
+        log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s",
+                 self.channel, state.id, state.tid, state.describe())

@@ -24,6 +24,7 @@ from gate.errors import ConnectionFailed, PreflightFailed
 _DYNAMIC = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
 _GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ")
 _ER_SPECIFIC_ACCESS_DENIED = 1227
+CHECK_TIMEOUT = 10.0  # seconds a check waits for each answer: a server that accepts but never answers fails it
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
     ``gate_server_id`` None skips the server_id checks (``gate check-source`` without --server-id).
     ``replicates_from``, for a standby: the channel's source, which it must replicate from.
     """
-    with connect(server, role) as conn, conn.cursor() as cur:
+    with connect(server, role, read_timeout=CHECK_TIMEOUT) as conn, conn.cursor() as cur:
         cur.execute(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
             "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'log_slave_updates', "

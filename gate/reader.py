@@ -33,6 +33,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.config import ServerConfig
+from gate.dc import describe_position
 from gate.errors import ConnectionFailed, PositionPurged, StreamLost, UnsupportedEvent
 from gate.values import fix_library_charsets
 
@@ -54,7 +55,7 @@ class Position:
     gtid_pos: str | None  # MariaDB GTID list ('0-1-27,1-1-4') or the last MySQL GTID
 
     def describe(self) -> str:
-        return f"{self.log_file}:{self.log_pos}" + (f" (GTID {self.gtid_pos})" if self.gtid_pos else "")
+        return describe_position(self.log_file, self.log_pos, self.gtid_pos)
 
 
 def xid_text(gtrid: bytes, bqual: bytes, format_id: int) -> str:

@@ -233,8 +233,10 @@ class Sandbox:
     """A source (server_id 1), an optional standby (server_id 2) and a DC (server_id 3)."""
 
     def __init__(self, state_dir: Path, with_standby: bool = True, tied_to_parent: bool = False,
-                 source_args: tuple[str, ...] = (), ports: SandboxState | None = None) -> None:
-        """Ports come from the state file of an earlier ``up``, else ``ports``, else free ones."""
+                 source_args: tuple[str, ...] = (), ports: SandboxState | None = None,
+                 dc_args: tuple[str, ...] = ()) -> None:
+        """Ports come from the state file of an earlier ``up``, else ``ports``, else free ones. ``source_args``
+        (source and standby) and ``dc_args`` are extra mariadbd options."""
         self.state_dir = Path(state_dir)
         self.state_file = self.state_dir / "sandbox.json"
         state = self._load_state() or ports
@@ -243,7 +245,7 @@ class Sandbox:
         self.state = state
         self.source = MariaDBServer("source", self.state_dir / "source", state.source_port, 1,
                                     SOURCE_ARGS + source_args, tied_to_parent)
-        self.dc = MariaDBServer("dc", self.state_dir / "dc", state.dc_port, 3, (), tied_to_parent)
+        self.dc = MariaDBServer("dc", self.state_dir / "dc", state.dc_port, 3, dc_args, tied_to_parent)
         self.standby = (
             MariaDBServer("standby", self.state_dir / "standby", state.standby_port, 2,
                           SOURCE_ARGS + source_args, tied_to_parent)

@@ -3,6 +3,7 @@ the channel lock; never a stored flag."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from gate.config import ServerConfig
 from gate.dc import connect, q, read_resume, read_settings
 from gate.errors import GateError
+from gate.writer import STUCK_KEY
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class ChannelStatus:
     standby_sample_age_seconds: float | None  # DC clock now minus the newest sample's standby clock
     failover_mode: str
     on_divergence: str
+    stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
@@ -56,6 +59,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         switches = [{"switched_at": at.isoformat(sep=" ", timespec="milliseconds"), "from_instance": source,
                      "to_instance": target, "reason": reason, "at_id": at_id}
                     for at, source, target, reason, at_id in cur.fetchall()]
+        stuck = stuck_rows(cur, channel, state.id)
     try:
         with connect(settings.source, "source", connect_timeout=3) as sconn, sconn.cursor() as scur:
             scur.execute("SHOW MASTER STATUS")
@@ -82,4 +86,14 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
         failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, switches=switches,
+        stuck_rows=stuck,
     )
+
+
+def stuck_rows(cur: Any, channel: str, checkpoint_id: int) -> list[dict[str, Any]]:
+    """Rows the writers cannot write because they are larger than the DC server's max_allowed_packet, as
+    the writers record them in gate_meta. Only those above the checkpoint: a row below it has been written
+    (an entry left by a killed gate whose next run has not reached the row yet is still shown)."""
+    cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE LEFT(name, %s) = %s", (len(STUCK_KEY), STUCK_KEY))
+    found = [json.loads(value) for (value,) in cur.fetchall()]
+    return sorted((row for row in found if row["id"] > checkpoint_id), key=lambda row: row["id"])

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from fnmatch import fnmatchcase
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
-from gate.ddl import ColumnDescriber, parse_ddl
+from gate.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
+from gate.errors import GateError
 from gate.reader import Rows, Statement
 from gate.values import BinaryFormat, ImageRenderer
 
@@ -24,6 +25,29 @@ log = logging.getLogger(__name__)
 Change = tuple[str, str, str, str]  # dbname, tablename, optype, data (JSON text)
 
 dumps = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+
+
+class StatementFormatChange(GateError):
+    """A captured table was changed by a statement logged as text (binlog_format STATEMENT or MIXED)."""
+
+
+class PartialRowImage(GateError):
+    """A row event of a captured table lacks columns (binlog_row_image MINIMAL or NOBLOB)."""
+
+
+_MOVE_ON = ("The change itself cannot be captured from this binlog: copy the table's current rows to the "
+            "consumers another way, then move the channel past the event with 'gate channel set-position NAME "
+            "--file FILE --pos POS' (a transaction boundary after it, see SHOW BINLOG EVENTS) or --now.")
+
+_full_bitmaps: dict[int, bytes] = {}
+
+
+def _full_bitmap(columns: int) -> bytes:
+    """The columns-present bitmap of a row image that has all ``columns`` columns."""
+    bitmap = _full_bitmaps.get(columns)
+    if bitmap is None:
+        bitmap = _full_bitmaps[columns] = ((1 << columns) - 1).to_bytes((columns + 7) // 8, "little")
+    return bitmap
 
 
 @dataclass(frozen=True)
@@ -57,11 +81,12 @@ class Translator:
     """Turns row events and DDL statements into :data:`Change` tuples, in binlog order."""
 
     def __init__(self, tz: tzinfo, binary_format: BinaryFormat, table_filter: TableFilter,
-                 describe: ColumnDescriber | None = None) -> None:
+                 describe: ColumnDescriber | None = None, position: Callable[[], str] = lambda: "unknown") -> None:
         self.tz = tz
         self.binary_format = binary_format
         self.filter = table_filter
         self.describe = describe
+        self.position = position  # the binlog position of the event being translated, for error messages
         self._renderers: dict[int, tuple[Any, ImageRenderer]] = {}  # id(table) -> (table, its renderer)
 
     def _renderer(self, event: Any) -> ImageRenderer:
@@ -76,6 +101,20 @@ class Translator:
         renderer = ImageRenderer(event.columns, self.tz, self.binary_format)
         self._renderers[id(table)] = (table, renderer)
         return renderer
+
+    def check_image(self, item: Rows) -> None:
+        """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""
+        event = item.event
+        full = _full_bitmap(event.number_of_columns)
+        if event.columns_present_bitmap == full and (
+                item.optype != "UPDATE" or event.columns_present_bitmap2 == full):
+            return
+        raise PartialRowImage(
+            f"A row event of {event.schema}.{event.table} ending at binlog position {self.position()} has a partial "
+            "row image: some columns are missing, and gate would have to write them as NULL. A session set "
+            "binlog_row_image to MINIMAL or NOBLOB (the global value may be FULL). Run SET GLOBAL "
+            "binlog_row_image = 'FULL' (and binlog_row_image = FULL under [mysqld] in my.cnf) and keep "
+            f"applications from setting it per session. {_MOVE_ON}")
 
     def rows(self, item: Rows) -> Sequence[Change]:
         event = item.event
@@ -94,11 +133,35 @@ class Translator:
             for r in event.rows
         ]
 
-    def statement(self, item: Statement) -> Change | None:
-        change = parse_ddl(item.sql, item.schema, self.describe)
-        if change is None:
-            log.info("not a table change, no row: %.200s", item.sql)
-            return None
-        if not self.filter.passes(change.dbname, change.tablename):
-            return None
-        return (change.dbname, change.tablename, change.optype, dumps(change.data))
+    def statement(self, item: Statement) -> list[Change]:
+        """The rows of a statement's captured tables. The statement text is never logged: it may hold a password."""
+        changes = parse_ddl(item.sql, item.schema, self.describe)
+        if not changes:
+            tables = dml_tables(item.sql, item.schema)
+            if tables is None:
+                log.info("no row for a statement of kind %s", statement_kind(item.sql))
+            else:  # DML on tables the filters exclude passes silently, as their row events do
+                captured = [table for table in tables if self.filter.passes(*table)]
+                if captured or not tables:
+                    self._refuse_statement_dml(statement_kind(item.sql), captured)
+        captured_changes = [change for change in changes if self._captured(change)]
+        for change in captured_changes:
+            if change.data.get("SELECT"):  # in row format the binlog has a plain CREATE TABLE and the rows
+                self._refuse_statement_dml("CREATE TABLE ... SELECT", [(change.dbname, change.tablename)])
+        return [(c.dbname, c.tablename, c.optype, dumps(c.data)) for c in captured_changes]
+
+    def _captured(self, change: DdlChange) -> bool:
+        """Whether the change is about a captured table; a rename also when it gives a captured name."""
+        if self.filter.passes(change.dbname, change.tablename):
+            return True
+        new = change.data["RENAME"][0]["to"] if change.optype == "RENAME" else None
+        return new is not None and self.filter.passes(new["dbname"], new["tablename"])
+
+    def _refuse_statement_dml(self, kind: str, tables: list[tuple[str, str]]) -> NoReturn:
+        names = ", ".join(f"{db}.{table}" for db, table in dict.fromkeys(tables)) or "a table gate cannot name"
+        raise StatementFormatChange(
+            f"{names} changed by a statement ({kind}) logged as text at binlog position {self.position()} (the end "
+            "of its event): gate needs the rows and cannot rebuild them from a statement. A session set "
+            "binlog_format to STATEMENT or MIXED (the global value may be ROW). Run SET GLOBAL binlog_format = "
+            "'ROW' (and binlog_format = ROW under [mysqld] in my.cnf) and keep applications from setting it per "
+            f"session. {_MOVE_ON}")

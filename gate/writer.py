@@ -2,31 +2,43 @@
 
 Each chunk goes in one DC transaction, so it is either wholly there or not at all. The writers run
 in their own processes because building and escaping rows is CPU work that the GIL would serialise
-with decoding (FIELD-NOTES: 1 connection 23k rows/s, 2 processes 41k). A writer that loses its DC
+with decoding (measured: 1 connection 23k rows/s, 2 processes 41k). A writer that loses its DC
 connection reconnects with backoff; if it cannot tell whether its last commit landed, it looks.
+INSERTs are sized to the DC server's max_allowed_packet; a single row larger than that waits, loudly
+(an ERROR in gate's log and a ``stuck_row:ID`` entry in gate_meta that ``gate status`` shows), until
+the setting is raised: the row cannot be skipped without a gap in the ids.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import multiprocessing as mp
 import queue
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pymysql
 
 from gate.config import ServerConfig
 from gate.dc import connect, q
-from gate.errors import ConnectionFailed, DrainAbandoned, GateError
+from gate.errors import ConnectionFailed, DrainAbandoned, GateError, RowTooLarge
 from gate.process import die_with_multiprocessing_parent, name_process
 from gate.sequencer import DCRow
 
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
           "VALUES ")
-MAX_STATEMENT = 1 << 18  # characters of SQL per INSERT: at most 1 MB in utf8mb4 (max_allowed_packet >= 4 MB)
+MAX_STATEMENT = 1 << 18  # characters of SQL per INSERT (at most 1 MB in utf8mb4), fewer for a smaller packet
+LARGEST_PACKET = 1 << 30  # the largest max_allowed_packet MariaDB and MySQL accept
+STUCK_RETRY = 5.0  # seconds between attempts to write a row larger than the DC's max_allowed_packet
+REPORT_EVERY = 60.0  # seconds between repeated log lines about the same chunk
+STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting for a larger max_allowed_packet
 _CTX = mp.get_context("spawn")
+
+log = logging.getLogger(__name__)
 
 
 class WriterFailed(GateError):
@@ -43,6 +55,13 @@ def _dc_session(server: ServerConfig, database: str) -> pymysql.Connection:
     return conn
 
 
+def _max_packet(conn: pymysql.Connection) -> int:
+    """The session's max_allowed_packet: the server's global value when the connection was opened."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@SESSION.max_allowed_packet")
+        return int(cur.fetchone()[0])
+
+
 def _literal(text: str) -> str:
     """A quoted SQL string literal. With backslash escapes on (the session ensures it) only the
     backslash, the quote and NUL need escaping; the text goes as utf8mb4, as the connection's charset."""
@@ -55,32 +74,70 @@ def _literal(text: str) -> str:
     return "'" + text + "'"
 
 
-def insert_statements(rows: list[DCRow]) -> list[str]:
-    """Multi-row INSERTs of at most about MAX_STATEMENT characters each (one row can make a longer one).
+def insert_statements(rows: list[DCRow], max_packet: int = LARGEST_PACKET) -> list[str]:
+    """Multi-row INSERTs of at most about MAX_STATEMENT characters each that fit a DC server whose
+    max_allowed_packet is ``max_packet``. A character is at most 4 bytes in utf8mb4, so a statement of
+    ``max_packet // 4`` characters always fits; only a single row longer than that is measured in
+    bytes, and raises :class:`RowTooLarge` when its INSERT alone does not fit.
 
     Built by hand: pymysql's executemany escapes every value through its generic converters,
     which cost the writer processes about as much CPU as the rest of their work."""
+    budget = min(MAX_STATEMENT, (max_packet - 1) // 4 - len(INSERT))  # characters of values per statement
     statements: list[str] = []
     values: list[str] = []
     size = 0
     lit = _literal
+    last_id = 0
+
+    def close() -> None:
+        statement = INSERT + ",".join(values)
+        if size > budget:  # one row alone (row last_id): its INSERT may still fit
+            nbytes = len(statement.encode("utf-8", "surrogateescape"))  # as pymysql sends it
+            if nbytes + 1 > max_packet:  # the packet is the statement plus a command byte
+                raise RowTooLarge(last_id, nbytes, max_packet)
+        statements.append(statement)
+
     for r in rows:  # create_time and optype are gate's own text (digits, '-', ':', ' ' and capitals)
         value = f"({r[0]},{r[1]},{lit(r[2])},{lit(r[3])},'{r[4]}',{lit(r[5])},'{r[6]}',{lit(r[7])})"
-        if values and size + len(value) > MAX_STATEMENT:
-            statements.append(INSERT + ",".join(values))
+        if values and size + len(value) > budget:
+            close()
             values, size = [], 0
         values.append(value)
         size += len(value) + 1
+        last_id = r[0]
     if values:
-        statements.append(INSERT + ",".join(values))
+        close()
     return statements
 
 
-def _write(conn: pymysql.Connection, rows: list[DCRow]) -> None:
+def too_large_message(channel: str, server: ServerConfig, exc: RowTooLarge) -> str:
+    """What a row larger than the DC's max_allowed_packet means, and how to let it through."""
+    need = -(-(exc.size + 1) // (1 << 20)) << 20  # whole MiB
+    if need > LARGEST_PACKET:
+        fix = (f"No max_allowed_packet is that large (at most {LARGEST_PACKET} bytes): the row cannot be stored "
+               "in the DC, and the channel cannot go past it.")
+    else:
+        fix = (f"Raise max_allowed_packet on the DC server to at least {exc.size + 1} bytes, e.g. 'SET GLOBAL "
+               f"max_allowed_packet = {need};' and 'max_allowed_packet = {need}' under [mysqld] in its my.cnf; "
+               "gate's writers use the new value when they reconnect, within seconds, without a restart. gate's "
+               "own connections set no client-side limit, but a client that reads the row needs one as large "
+               "(e.g. the mariadb client's --max-allowed-packet).")
+    return (f"Channel '{channel}': row id {exc.row_id} does not fit the DC server's max_allowed_packet: its INSERT "
+            f"is {exc.size} bytes and the DC server {server.address} accepts packets of {exc.max_packet} bytes. "
+            f"The checkpoint stays below id {exc.row_id} until it is written; gate retries it every "
+            f"{STUCK_RETRY:.0f} s. {fix}")
+
+
+def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGEST_PACKET,
+           resolved: str | None = None) -> None:
+    """One DC transaction; ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
+    statements = insert_statements(rows, max_packet)  # a row too large raises before anything is sent
     try:
         with conn.cursor() as cur:
-            for statement in insert_statements(rows):
+            for statement in statements:
                 cur.execute(statement)
+            if resolved is not None:
+                cur.execute("DELETE FROM gate_meta WHERE name = %s", (resolved,))
         conn.commit()
     except BaseException:
         try:
@@ -99,48 +156,91 @@ def _landed(conn: pymysql.Connection, rows: list[DCRow]) -> bool:
     return bool(count)
 
 
+def _record_stuck(conn: pymysql.Connection, exc: RowTooLarge, since: str, message: str) -> None:
+    """Keep the stuck row in gate_meta for ``gate status``; not recorded now, it is on the next attempt."""
+    value = {"id": exc.row_id, "bytes": exc.size, "max_allowed_packet": exc.max_packet, "since": since,
+             "message": message}
+    try:
+        with conn.cursor() as cur:
+            cur.execute("REPLACE INTO gate_meta (name, value) VALUES (%s, %s)",
+                        (f"{STUCK_KEY}{exc.row_id}", json.dumps(value)))
+        conn.commit()
+    except pymysql.err.Error:
+        pass
+
+
 def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
     die_with_multiprocessing_parent()
     name_process("gate-writer")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when writers stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn: pymysql.Connection | None = None
+    max_packet = LARGEST_PACKET
     try:  # connect now, not when the first chunk is already waiting
         conn = _dc_session(server, database)
+        max_packet = _max_packet(conn)
     except (pymysql.err.Error, ConnectionFailed, OSError):
-        pass  # the first chunk retries
+        conn = None  # the first chunk retries
     while True:
         job = inbox.get()
         if job is None:
             break
         seq, rows = job
+        span = f"rows {rows[0][0]}..{rows[-1][0]}"
         attempt = 0
+        stuck: int | None = None  # the id of a row of this chunk too large for the DC, while it waits
+        since = ""
+        failing_since = report_at = 0.0
         while True:
             try:
                 if conn is None:
                     conn = _dc_session(server, database)
+                    max_packet = _max_packet(conn)
                     if attempt and _landed(conn, rows):
                         break
-                _write(conn, rows)
+                _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}")
                 break
+            except RowTooLarge as exc:
+                now = time.monotonic()
+                if stuck is None:
+                    stuck, since = exc.row_id, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+                message = too_large_message(database, server, exc)
+                if now >= report_at:  # at once, then every REPORT_EVERY seconds while it lasts
+                    outbox.put(("log", logging.ERROR, message))
+                    report_at = now + REPORT_EVERY
+                assert conn is not None
+                _record_stuck(conn, exc, since, message)
+                conn.close()
+                conn = None  # only a new session sees a raised max_allowed_packet
+                time.sleep(STUCK_RETRY)
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionFailed, OSError) as exc:
                 code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
                 if code is not None and code < 2000 and code not in (1053, 1205, 1213, 1927):
-                    outbox.put((seq, f"DC rejected rows {rows[0][0]}..{rows[-1][0]}: {exc}"))
+                    outbox.put(("failed", f"DC rejected {span}: {exc}"))
                     return
                 attempt += 1
                 conn = None
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if attempt >= 3 and now >= report_at:
+                    outbox.put(("log", logging.WARNING, f"a writer has been retrying {span} on the DC server "
+                                f"{server.address} for {now - failing_since:.0f} s: {exc}"))
+                    report_at = now + REPORT_EVERY
                 time.sleep(min(2.0, 0.05 * 2 ** min(attempt, 6)))
             except pymysql.err.Error as exc:
-                outbox.put((seq, f"DC rejected rows {rows[0][0]}..{rows[-1][0]}: {exc}"))
+                outbox.put(("failed", f"DC rejected {span}: {exc}"))
                 return
-        outbox.put((seq, None))
+        if stuck is not None:
+            outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
+                        f"server's max_allowed_packet is {max_packet} bytes"))
+        outbox.put(("done", seq))
     if conn is not None:
         conn.close()
 
 
 class WriterPool:
-    """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed."""
+    """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed. The writers
+    report on their outbox: ("done", chunk), ("failed", message) or ("log", level, message), logged here."""
 
     def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
                  cancel: threading.Event | None = None) -> None:
@@ -157,6 +257,7 @@ class WriterPool:
             proc.start()
         self.in_flight = 0
         self._next_check = 0.0
+        self._done: list[int] = []
 
     def submit(self, seq: int, rows: list[DCRow]) -> None:
         """Blocks while every writer is busy and the queue is full: backpressure on the reader."""
@@ -165,23 +266,30 @@ class WriterPool:
                 self._inbox.put((seq, rows), timeout=1.0)
                 break
             except queue.Full:
+                self._take_reports(0.0)  # a writer's log lines must not wait for room in the queue
                 self._check_alive()
                 if self._cancel is not None and self._cancel.is_set():
                     raise DrainAbandoned(f"chunk {seq} not handed to a writer: stopping without draining")
         self.in_flight += 1
 
-    def acks(self, timeout: float = 0.0) -> list[int]:
-        done: list[int] = []
+    def _take_reports(self, timeout: float) -> None:
+        """Collect committed chunks into ``_done`` and log the writers' lines; a failed chunk raises."""
         try:
             item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
             while True:
-                seq, error = item
-                if error:
-                    raise WriterFailed(error)
-                done.append(seq)
+                if item[0] == "done":
+                    self._done.append(item[1])
+                elif item[0] == "log":
+                    log.log(item[1], "%s", item[2])
+                else:
+                    raise WriterFailed(item[1])
                 item = self._outbox.get_nowait()
         except queue.Empty:
             pass
+
+    def acks(self, timeout: float = 0.0) -> list[int]:
+        self._take_reports(timeout)
+        done, self._done = self._done, []
         self.in_flight -= len(done)
         if not done and time.monotonic() >= self._next_check:
             self._next_check = time.monotonic() + 1.0

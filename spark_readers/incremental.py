@@ -41,7 +41,7 @@ DDL_SCHEMA = StructType([
     StructField("DROPTABLE", ArrayType(_TABLE)),
     StructField("SQL", StringType()),
 ])
-"""Every key gate writes into a DDL row's JSON (DESIGN.md section 3, plus LIKE, SELECT, DROPTABLE, SQL)."""
+"""Every key gate writes into a DDL row's JSON (the README's DC format, plus LIKE, SELECT, DROPTABLE, SQL)."""
 
 _IMAGES = StructType([StructField("NEW", ArrayType(MapType(StringType(), StringType()))),
                       StructField("OLD", ArrayType(MapType(StringType(), StringType())))])

@@ -18,6 +18,8 @@ Readers use :func:`read_increments`, which reads only committed increments the c
 
 The cursor file is replaced by writing ``_gate_cursor.json.tmp`` and renaming it (where a rename
 cannot replace a file, the old one is deleted first; a reader finding only the .tmp file promotes it).
+On a checksummed file system (a local path) the cursor bypasses the ``.crc`` side files: renaming a file
+and its checksum is two steps, and a kill between them would leave a cursor that never verifies again.
 Run one load job per output directory at a time.
 
 Entry point for spark-submit: ``spark-submit --jars <connector> .../spark_readers/load.py CHANNEL --out DIR``.
@@ -34,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from py4j.protocol import Py4JJavaError
+from py4j.java_gateway import is_instance_of
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
@@ -78,6 +80,10 @@ class OutputDir:
         self.root = self._path(path)
         self.fs = self.root.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[union-attr]
         self.url = str(self.fs.makeQualified(self.root).toString())
+        checksummed = spark._jvm.org.apache.hadoop.fs.ChecksumFileSystem  # type: ignore[union-attr]
+        # The cursor's small files without checksum side files (see write_json); JSON tells a torn one.
+        self._plain = (self.fs.getRawFileSystem()
+                       if is_instance_of(spark.sparkContext._gateway, self.fs, checksummed) else self.fs)
 
     def child(self, name: str) -> Any:
         return self._path(self.root, name)
@@ -101,37 +107,58 @@ class OutputDir:
         return sorted(found)
 
     def _read(self, name: str) -> str:
-        stream = self.fs.open(self.child(name))
+        stream = self._plain.open(self.child(name))
         try:
             return bytes(self._io.toByteArray(stream)).decode("utf-8")
         finally:
             stream.close()
 
+    def _exists_plain(self, name: str) -> bool:
+        return bool(self._plain.exists(self.child(name)))
+
+    def _drop_checksum(self, name: str) -> None:
+        """Remove the ``.NAME.crc`` that Hadoop's checksummed file system keeps beside ``name``, if any:
+        one left by an older gate (or a kill mid-rename) describes other content than the file has now."""
+        if self._plain is not self.fs:
+            crc = self.child(f".{name}.crc")
+            if self._plain.exists(crc):
+                self._plain.delete(crc, False)
+
     def read_json(self, name: str) -> dict[str, Any] | None:
         """A file written by :meth:`write_json`, or None; a leftover ``.tmp`` of an interrupted replace is
-        promoted first."""
+        promoted first. Read without Hadoop's checksum: a file is only ever put in place by a rename of
+        a complete one, and a torn ``.tmp`` is not valid JSON (every strict prefix of a JSON object is not)."""
         tmp = f"{name}.tmp"
-        if not self.exists(name) and self.exists(tmp):
+        if not self._exists_plain(name) and self._exists_plain(tmp):
             try:  # complete if the old file was deleted; torn only if the very first write was interrupted
                 json.loads(self._read(tmp))
-            except (ValueError, Py4JJavaError):  # not JSON, or its checksum does not match
-                self.fs.delete(self.child(tmp), False)
+            except ValueError:
+                self._plain.delete(self.child(tmp), False)
+                self._drop_checksum(tmp)
                 return None
-            self.fs.rename(self.child(tmp), self.child(name))
-        return json.loads(self._read(name)) if self.exists(name) else None
+            self._drop_checksum(name)
+            self._plain.rename(self.child(tmp), self.child(name))
+            self._drop_checksum(tmp)
+        return json.loads(self._read(name)) if self._exists_plain(name) else None
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
-        """Replace ``name`` with ``data``: write ``name.tmp``, then rename it over ``name``."""
+        """Replace ``name`` with ``data``: write ``name.tmp``, then rename it over ``name``.
+
+        On a checksummed file system the files go to its raw file system: a rename there is one step,
+        where the checksummed one renames the file and then its ``.crc`` (a kill in between left a new
+        cursor beside the old checksum, unreadable forever). Checksum files of earlier writes are removed."""
         tmp = self.child(f"{name}.tmp")
-        stream = self.fs.create(tmp, True)
+        self._drop_checksum(f"{name}.tmp")
+        stream = self._plain.create(tmp, True)
         try:
             stream.write(bytearray(json.dumps(data).encode("utf-8")))
             stream.hsync()
         finally:
             stream.close()
-        if not self.fs.rename(tmp, self.child(name)):  # file systems that refuse to replace a file
-            self.fs.delete(self.child(name), False)
-            self.fs.rename(tmp, self.child(name))
+        if not self._plain.rename(tmp, self.child(name)):  # file systems that refuse to replace a file
+            self._plain.delete(self.child(name), False)
+            self._plain.rename(tmp, self.child(name))
+        self._drop_checksum(name)
 
 
 def read_cursor(out: OutputDir, channel: str | None) -> Cursor:

@@ -3,7 +3,7 @@
 The same code runs locally and on a cluster: only the master URL (``local[2]``, ``spark://...``,
 ``yarn``, or what spark-submit chose) and, when executors reach the DC by another address,
 the JDBC URL change. The JDBC URL is ``jdbc:mysql://host:port/channel`` with MariaDB Connector/J:
-with ``jdbc:mariadb://`` Spark picks no SQL dialect and quotes names wrongly (FIELD-NOTES.md).
+with ``jdbc:mariadb://`` Spark picks no SQL dialect and quotes names wrongly.
 """
 
 from __future__ import annotations

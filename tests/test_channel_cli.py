@@ -19,6 +19,7 @@ from click.testing import Result
 import dc_schema
 from gate.channel import default_server_id
 from gate.sandbox import Sandbox, free_port
+from tests.replay import make_channel, start_gate, wait_row, wait_running
 
 Gate = Callable[..., Result]
 PASSWORD = "Zq9-distinctive-Pw!"  # must never appear in any output
@@ -202,6 +203,126 @@ def test_drop_needs_confirmation(gate: Gate, sandbox: Sandbox, unique_name: str)
     assert query(sandbox, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", unique_name) == []
 
 
+def test_drop_a_channel_whose_creation_stopped_part_way(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
+    unfinished = (f"Channel '{unique_name}' was not completely created (its creation stopped part way), so gate "
+                  f"cannot use it. Remove it with 'gate channel drop {unique_name}' and create it again.")
+    create(gate, sandbox, unique_name)
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:  # as a creation cut short before its last step
+        cur.execute(f"DELETE FROM `{unique_name}`.gate_meta")
+    for command in (["show", unique_name], ["filter", unique_name], ["create", unique_name, "--source",
+                                                                         sandbox.source.address]):
+        refused(gate, sandbox, ["channel", *command], 1, unfinished)
+    result = gate("--json", "channel", "drop", unique_name, "--yes")
+    assert (result.exit_code, json.loads(result.stdout)) == (0, {"dropped": unique_name}), result.stderr
+    assert query(sandbox, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", unique_name) == []
+    # cut short earlier: only some of the tables made
+    create(gate, sandbox, unique_name)
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP TABLE `{unique_name}`.gate_meta, `{unique_name}`.gate_settings")
+    refused(gate, sandbox, ["channel", "show", unique_name], 1, unfinished)
+    assert gate("channel", "drop", unique_name, "--yes").exit_code == 0
+    # made by a gate that did not comment its databases yet: every table, no settings, an empty gate_meta
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{unique_name}`")
+        cur.execute(f"USE `{unique_name}`")
+        for statement in dc_schema.ddl_statements():
+            cur.execute(statement)
+    refused(gate, sandbox, ["channel", "show", unique_name], 1, unfinished)
+    assert gate("channel", "drop", unique_name, "--yes").exit_code == 0
+    assert query(sandbox, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", unique_name) == []
+    # a database with gate's comment that holds anything else is not gate's to drop
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{unique_name}` COMMENT 'gate channel'")
+        cur.execute(f"CREATE TABLE `{unique_name}`.transfer_data (id INT PRIMARY KEY)")
+        cur.execute(f"CREATE TABLE `{unique_name}`.orders (id INT PRIMARY KEY)")
+    refused(gate, sandbox, ["channel", "drop", unique_name, "--yes"], 1,
+            f"Database '{unique_name}' on the DC server is not a gate channel (it has no gate_meta table), so gate "
+            "leaves it alone. 'gate channel list' shows the channels there.")
+
+
+def test_create_with_a_dc_user_lacking_privileges(gate: Gate, sandbox: Sandbox, unique_name: str,
+                                                  tmp_path: Path) -> None:
+    user = f"dc_{unique_name}"[:80]
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'dc-pw'")
+        cur.execute(f"GRANT CREATE, SELECT ON *.* TO '{user}'@'127.0.0.1'")
+    config = tmp_path / "limited.yaml"
+    config.write_text(f"dc:\n  port: {sandbox.dc.port}\n  user: {user}\n  password: dc-pw\n")
+    refused(gate, sandbox, ["--config", str(config), "channel", "create", unique_name, "--source",
+                            sandbox.source.address], 1,
+            f"The DC user {user}@127.0.0.1 lacks DROP, INSERT, UPDATE, DELETE on the database '{unique_name}', which "
+            "gate needs to create and run a channel; nothing was created. Grant them on the DC server, e.g. GRANT "
+            f"CREATE, DROP, SELECT, INSERT, UPDATE, DELETE ON `{unique_name}`.* TO '{user}'@'127.0.0.1', and create "
+            "the channel again.")
+    # privileges on the database itself and through a default role count
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"GRANT INSERT, UPDATE, DELETE ON `{unique_name}`.* TO '{user}'@'127.0.0.1'")
+        cur.execute(f"CREATE ROLE {user}_r")
+        cur.execute(f"GRANT DROP ON `{unique_name}`.* TO {user}_r")
+        cur.execute(f"GRANT {user}_r TO '{user}'@'127.0.0.1'")
+        cur.execute(f"SET DEFAULT ROLE {user}_r FOR '{user}'@'127.0.0.1'")
+    try:
+        result = gate("--config", str(config), "channel", "create", unique_name, "--source", sandbox.source.address)
+        assert result.exit_code == 0, result.stderr
+        assert query(sandbox, f"SELECT id, tid FROM `{unique_name}`.transfer_checkpoint") == [(0, 0)]
+        assert gate("--config", str(config), "channel", "drop", unique_name, "--yes").exit_code == 0
+    finally:
+        with sandbox.dc.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP USER '{user}'@'127.0.0.1'")
+            cur.execute(f"DROP ROLE {user}_r")
+
+
+def test_drop_while_a_gate_runs_the_channel(gate: Gate, sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    make_channel(sandbox.dc, sandbox.source, unique_name)
+    running = start_gate(tmp_path, sandbox.dc, unique_name)
+    wait_running(sandbox.dc, unique_name, running)
+    wait_row(sandbox.dc, unique_name, "SELECT 1 FROM gate_meta WHERE name = 'source_server_id'")  # its last start-up write
+    [(holder,)] = query(sandbox, "SELECT IS_USED_LOCK(%s)", f"gate:{unique_name}")
+    for options in (["--yes"], []):
+        refused(gate, sandbox, ["channel", "drop", unique_name, *options], 1,
+                f"Channel '{unique_name}' is running: a gate process holds its lock (DC connection {holder}). Stop "
+                "gate first (SIGTERM or Ctrl-C), then drop the channel; or add --force to drop it under the running "
+                "gate, which then stops with an error.")
+    result = gate("--json", "channel", "drop", unique_name, "--yes", "--force")
+    assert (result.exit_code, json.loads(result.stdout)) == (
+        0, {"dropped": unique_name, "running_gate_connection": holder})
+    assert result.stderr == (
+        f"warning: a gate process was running channel '{unique_name}' (DC connection {holder}); its database is "
+        "gone, so that gate stops with a DC error when it next writes. Stop it if it is still running.\n")
+    assert query(sandbox, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", unique_name) == []
+    with sandbox.source.connect() as conn, conn.cursor() as cur:  # the gate's next write fails
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {unique_name}_src")
+        cur.execute(f"CREATE TABLE {unique_name}_src.t (id INT PRIMARY KEY)")
+    assert running.wait(timeout=60) == 1
+    log = (tmp_path / f"{unique_name}.log").read_text()
+    assert re.search(rf"\nerror: a server refused the operation: \(1146, \"Table '{unique_name}\.transfer_(data|checkpoint)' "
+                     r"doesn't exist\"\)\n$", log), log
+
+
+def test_empty_password_variables_are_refused(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
+    empty = {"GATE_TEST_EMPTY": ""}
+    message = ("The {} password refers to the environment variable GATE_TEST_EMPTY, which is set but empty. Give it a "
+               "value (export GATE_TEST_EMPTY=...) or give a default as ${{GATE_TEST_EMPTY:-value}}.")
+    refused(gate, sandbox, ["channel", "create", unique_name, "--source", sandbox.source.address,
+                            "--source-password-env", "GATE_TEST_EMPTY"], 2, message.format("source"), env=empty)
+    create(gate, sandbox, unique_name)
+    refused(gate, sandbox, ["channel", "grant", unique_name, f"app_{unique_name}"[:80], "--password-env",
+                            "GATE_TEST_EMPTY"], 2, message.format("app user"), env=empty)
+    refused(gate, sandbox, ["channel", "set-source", unique_name, sandbox.source.address, "--password-env",
+                            "GATE_TEST_EMPTY"], 2, message.format("source"), env=empty)
+    result = gate("check-source", sandbox.source.address, "--password-env", "GATE_TEST_EMPTY", env=empty)
+    assert (result.exit_code, result.stderr) == (2, f"error: {message.format('source')}\n")
+
+
+def test_channel_defaults_out_of_range_in_the_config(gate: Gate, sandbox: Sandbox, unique_name: str,
+                                                     tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dc:\n  port: {sandbox.dc.port}\nchannel_defaults:\n  timezone: UTC\n  writers: -3\n")
+    refused(gate, sandbox, ["--config", str(config), "channel", "create", unique_name, "--source",
+                            sandbox.source.address], 2,
+            f"{config} line 5: channel_defaults.writers must be between 1 and 64, not -3.")
+
+
 def drop_at_terminal(gate_config: Path, name: str, typed: str) -> subprocess.CompletedProcess[bytes]:
     """``gate channel drop NAME`` with a terminal on stdin, answering the prompt with ``typed``."""
     controller, terminal = pty.openpty()
@@ -350,13 +471,15 @@ def test_grant_reads_exactly_the_two_tables(gate: Gate, sandbox: Sandbox, unique
             assert caught.value.args[0] == 1142, denied
         cur.execute("SHOW TABLES")
         assert sorted(cur.fetchall()) == [("transfer_checkpoint",), ("transfer_data",)]
-    # the app user as gate's DC user: the server's refusal is an error message, not a traceback
+    # the app user as gate's DC user: refused before anything is made, with the privileges it lacks
     config = tmp_path / "app.yaml"
     config.write_text(f"dc:\n  port: {sandbox.dc.port}\n  user: {user}\n  password: {app_password}\n")
     refused(gate, sandbox, ["--config", str(config), "channel", "create", f"{unique_name}_2", "--source",
                             sandbox.source.address], 1,
-            f"a server refused the operation: (1044, \"Access denied for user '{user}'@'127.0.0.1' to database "
-            f"'{unique_name}_2'\")")
+            f"The DC user {user}@127.0.0.1 lacks CREATE, DROP, SELECT, INSERT, UPDATE, DELETE on the database "
+            f"'{unique_name}_2', which gate needs to create and run a channel; nothing was created. Grant them on the "
+            f"DC server, e.g. GRANT CREATE, DROP, SELECT, INSERT, UPDATE, DELETE ON `{unique_name}_2`.* TO "
+            f"'{user}'@'127.0.0.1', and create the channel again.")
     again = gate("--json", "channel", "grant", unique_name, user, "--host", "127.0.0.1")
     assert json.loads(again.stdout) == {
         "channel": unique_name, "user": user, "host": "127.0.0.1", "created": False,
@@ -405,7 +528,8 @@ def test_unreachable_and_refused_servers(gate: Gate, sandbox: Sandbox, unique_na
     for options, message in [
         (["--timezone", "Mars/Olympus"],
          "Time zone 'Mars/Olympus' is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."),
-        (["--writers", "0"], "--writers must be 1 or more, not 0."),
+        (["--writers", "0"], "--writers must be between 1 and 64, not 0."),
+        (["--writers", "65"], "--writers must be between 1 and 64, not 65."),
         (["--server-id", "0"], "--server-id must be between 1 and 4294967295, not 0."),
         (["--source-password", "x", "--source-password-env", "X"],
          "Give the source password either literally or as an environment variable, not both."),

@@ -46,11 +46,11 @@ def test_environment_references_and_defaults(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_missing_environment_variable() -> None:
     assert error_of("dc:\n  host: ${GATE_TEST_UNSET}\n") == (
-        "dc.host refers to the environment variable GATE_TEST_UNSET, which is not set. "
+        "config.yaml line 2: dc.host refers to the environment variable GATE_TEST_UNSET, which is not set. "
         "Export it (export GATE_TEST_UNSET=...) or give a default as ${GATE_TEST_UNSET:-value}."
     )
     assert error_of("dc:\n  password: ${GATE_TEST_UNSET}\n").startswith(
-        "dc.password refers to the environment variable GATE_TEST_UNSET, which is not set.")
+        "config.yaml line 2: dc.password refers to the environment variable GATE_TEST_UNSET, which is not set.")
 
 
 def test_defaults_when_empty_or_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,16 +92,89 @@ def test_malformed_yaml() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("dc:\n  port: abc\n", "dc.port must be a whole number, not 'abc'."),
-    ("channel_defaults:\n  writers: true\n", "channel_defaults.writers must be a whole number, not True."),
-    ("channel_defaults:\n  binary_format: raw\n", "channel_defaults.binary_format must be one of base64, hex, not 'raw'."),
+    ("dc:\n  port: abc\n", "config.yaml line 2: dc.port must be a whole number, not 'abc'."),
+    ("channel_defaults:\n  writers: true\n",
+     "config.yaml line 2: channel_defaults.writers must be a whole number, not True."),
+    ("channel_defaults:\n  binary_format: raw\n",
+     "config.yaml line 2: channel_defaults.binary_format must be one of base64, hex, not 'raw'."),
     ("channel_defaults:\n  failover_after_seconds: soon\n",
-     "channel_defaults.failover_after_seconds must be a number, not 'soon'."),
-    ("dc:\n  host: 5\n", "dc.host must be text, not 5."),
-    ("log:\n  level: LOUD\n", "log.level must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'."),
+     "config.yaml line 2: channel_defaults.failover_after_seconds must be a number, not 'soon'."),
+    ("dc:\n  host: 5\n", "config.yaml line 2: dc.host must be text, not 5."),
+    ("log:\n  level: LOUD\n", "config.yaml line 2: log.level must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'."),
+    ("channel_defaults:\n  timezone: Mars/Olympus\n", "config.yaml line 2: channel_defaults.timezone: Time zone "
+                                                    "'Mars/Olympus' is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."),
 ])
 def test_wrong_types(text: str, message: str) -> None:
     assert error_of(text) == message
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("decoders: 100000", "channel_defaults.decoders must be between 1 and 64, not 100000."),
+    ("checkpoint_interval_ms: -5", "channel_defaults.checkpoint_interval_ms must be between 1 and 600000, not -5."),
+    ("failover_after_seconds: .nan", "channel_defaults.failover_after_seconds must be between 1 and 86400, not nan."),
+    ("failover_after_seconds: .inf", "channel_defaults.failover_after_seconds must be between 1 and 86400, not inf."),
+    ("standby_sample_seconds: 0", "channel_defaults.standby_sample_seconds must be between 0.1 and 3600, not 0.0."),
+    ("failover_margin_seconds: -1", "channel_defaults.failover_margin_seconds must be between 0 and 3600, not -1.0."),
+    ("batch_rows: 0", "channel_defaults.batch_rows must be between 1 and 100000, not 0."),
+    ("writers: -3", "channel_defaults.writers must be between 1 and 64, not -3."),
+])
+def test_every_number_has_a_range(setting: str, message: str) -> None:
+    assert error_of(f"# defaults\nchannel_defaults:\n  timezone: UTC\n  {setting}\n") == (
+        f"config.yaml line 4: {message}")
+    assert error_of("dc:\n  host: x\n  port: 70000\n") == (
+        "config.yaml line 3: dc.port must be between 1 and 65535, not 70000.")
+    assert error_of("sandbox:\n  dc_port: 0\n") == "config.yaml line 2: sandbox.dc_port must be between 1 and 65535, not 0."
+    edges = parse_config("channel_defaults:\n  writers: 64\n  decoders: 1\n  standby_sample_seconds: 0.1\n"
+                         "  failover_margin_seconds: 0\n  batch_rows: 100000\n").channel_defaults
+    assert (edges.writers, edges.decoders, edges.standby_sample_seconds, edges.failover_margin_seconds,
+            edges.batch_rows) == (64, 1, 0.1, 0.0, 100000)
+
+
+def test_a_key_given_twice() -> None:
+    assert error_of("channel_defaults:\n  writers: 2\n  decoders: 2\n  writers: 8\n") == (
+        "config.yaml line 4: the key 'writers' is given twice in one section (first at line 2). Keep one of them.")
+    assert error_of("dc:\n  host: a\nlog:\n  level: INFO\ndc:\n  port: 1\n") == (
+        "config.yaml line 5: the key 'dc' is given twice in one section (first at line 1). Keep one of them.")
+
+
+def test_a_reference_without_its_closing_brace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X", "secret")
+    assert error_of("dc:\n  user: gate\n  password: ${X\n") == (
+        "config.yaml line 3: dc.password contains '${' that is not a complete environment reference (a closing brace "
+        "is missing?). Write ${NAME} or ${NAME:-default}; a value that itself contains '${' must come from an "
+        "environment variable.")
+    assert error_of("dc:\n  host: a${X}b${X\n").startswith("config.yaml line 2: dc.host contains '${' that is not")
+    assert parse_config("dc:\n  password: a${X}b$c{d}\n").dc.password.reveal() == "asecretb$c{d}"
+
+
+def test_an_empty_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATE_TEST_EMPTY", "")
+    assert error_of("dc:\n  password: ${GATE_TEST_EMPTY}\n") == (
+        "config.yaml line 2: dc.password refers to the environment variable GATE_TEST_EMPTY, which is set but empty. "
+        "Give it a value (export GATE_TEST_EMPTY=...) or give a default as ${GATE_TEST_EMPTY:-value}.")
+    # a default covers an empty variable as it covers an unset one, as in the shell
+    assert parse_config("dc:\n  password: ${GATE_TEST_EMPTY:-}\n").dc.password.reveal() == ""
+    assert parse_config("dc:\n  user: ${GATE_TEST_EMPTY:-gate}\n").dc.user == "gate"
+    # a password kept as a reference is checked again whenever it is used
+    monkeypatch.setenv("GATE_TEST_LATER", "x")
+    config = parse_config("dc:\n  password: ${GATE_TEST_LATER}\n")
+    monkeypatch.setenv("GATE_TEST_LATER", "")
+    with pytest.raises(ConfigError) as caught:
+        config.dc.connect_args()
+    assert str(caught.value).startswith(
+        "dc.password refers to the environment variable GATE_TEST_LATER, which is set but empty.")
+
+
+def test_a_config_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes("dc:\n  host: 127.0.0.1\n  user: g\u00e4te\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path} line 3: byte 0xe4 is not UTF-8 text. Save the file as UTF-8."
+    path.write_text("channel_defaults:\n  writers: 0\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path} line 2: channel_defaults.writers must be between 1 and 64, not 0."
 
 
 def test_addresses() -> None:

@@ -73,7 +73,7 @@ def test_exact_rows_and_json(sandbox: Sandbox, unique_name: str) -> None:
             {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "int"},
             {"field_name": "v", "nullable": "Yes", "primary_key": "No", "data_type": "varchar(10)"},
             {"field_name": "d", "nullable": "Yes", "primary_key": "No", "data_type": "decimal(6,3)"}],
-            "SQL": create}),
+            "primary_key": ["id"], "SQL": create}),
         (2, 2, db, "t", inst, "INSERT", {"NEW": [{"id": "1"}, {"v": "a"}, {"d": "1.500"}]}),
         (3, 2, db, "t", inst, "INSERT", {"NEW": [{"id": "2"}, {"v": None}, {"d": "-0.250"}]}),
         (4, 2, db, "t", inst, "UPDATE", {"NEW": [{"id": "1"}, {"v": "b"}, {"d": "1.500"}],

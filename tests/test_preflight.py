@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from collections.abc import Callable, Iterator
 
 import pymysql
@@ -10,8 +12,8 @@ import pytest
 from click.testing import Result
 
 from gate.config import Secret, ServerConfig
-from gate.errors import PreflightFailed
-from gate.preflight import Problem, check_server, require_server
+from gate.errors import ConnectionFailed, PreflightFailed
+from gate.preflight import CHECK_TIMEOUT, Problem, check_server, require_server
 from gate.sandbox import Sandbox
 
 Gate = Callable[..., Result]
@@ -142,3 +144,24 @@ def test_wrong_password(sandbox: Sandbox, gate: Gate) -> None:
         "from this host. Check the source credentials (password via an ${ENV} reference).\n"))
     with pytest.raises(pymysql.err.OperationalError):
         pymysql.connect(host="127.0.0.1", port=sandbox.source.port, user="pf_none", password="nope")
+
+
+def test_a_server_that_never_answers_fails_the_check_in_time() -> None:
+    """A port that takes connections but never greets (a hung server, another service) fails the check
+    after CHECK_TIMEOUT instead of holding 'gate run' in its start-up checks for ever."""
+    outcome: list[str] = []
+
+    def check(server: ServerConfig) -> None:
+        try:
+            check_server(server, None)
+        except ConnectionFailed as exc:
+            outcome.append(str(exc))
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        thread = threading.Thread(target=check, args=(ServerConfig("127.0.0.1", port),), daemon=True)
+        thread.start()
+        thread.join(CHECK_TIMEOUT + 10)
+        assert not thread.is_alive(), f"the check still waits after {CHECK_TIMEOUT + 10} s"
+    assert outcome == [f"Cannot reach the source server at 127.0.0.1:{port} (Lost connection to MySQL server during "
+                       "query (timed out)). Check that it is running and that host and port are right."]

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from gate.config import ServerConfig
 from gate.sandbox import Sandbox
 from gate.workload import TABLE_DDL, RandomWorkload
-from spark_readers.load import CURSOR_FILE, Increment, LoadError, load, read_increments
+from spark_readers.load import CURSOR_FILE, Increment, LoadError, OutputDir, load, read_increments
 from spark_readers.materialise import MaterialiseError, column_default, materialise
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource, spark_session
@@ -162,6 +162,35 @@ def test_a_torn_cursor_replace_and_a_foreign_directory(spark: SparkSession, hist
     assert json.loads(cursor.read_text())["id"] == increment.last
     with pytest.raises(LoadError, match="holds increments of channel 'spark_history', not 'other'"):
         load(spark, ChannelSource(history.source.dc, "other"), str(tmp_path))
+
+
+def test_a_cursor_renamed_without_its_checksum_file_still_loads(spark: SparkSession, history: History,
+                                                                tmp_path: Path) -> None:
+    """Killed between renaming the new cursor into place and renaming its .crc: the old checksum is left
+    beside the new cursor. Loads and readers go on, and the next cursor save removes the stale checksum."""
+    out = str(tmp_path)
+
+    def stop_after_300(increment: Increment) -> None:
+        if increment.first > 300:
+            raise Crash
+
+    with pytest.raises(Crash):  # the cursor at 300, increment=301-600 committed without its cursor
+        load(spark, history.source, out, max_rows=300, after_write=stop_after_300)
+    fs = OutputDir(spark, out).fs  # Hadoop's checksummed local file system writes the old cursor and its .crc
+    stream = fs.create(OutputDir(spark, out).child("old.json"), True)
+    stream.write(bytearray(json.dumps({"channel": history.source.channel, "id": 0, "tid": 0}).encode()))
+    stream.close()
+    assert (tmp_path / ".old.json.crc").exists()
+    (tmp_path / ".old.json.crc").rename(tmp_path / f".{CURSOR_FILE}.crc")
+    (tmp_path / "old.json").unlink()
+    assert json.loads((tmp_path / CURSOR_FILE).read_text())["id"] == 300
+    assert read_increments(spark, out).count() == 300
+    rest = load(spark, history.source, out)  # adopts 301-600 (a cursor save), then writes the rest
+    assert [(i.first, i.last) for i in rest] == [(601, len(dc_rows(history.source)))]
+    assert not (tmp_path / f".{CURSOR_FILE}.crc").exists()
+    assert json.loads((tmp_path / CURSOR_FILE).read_text()) == {
+        "channel": history.source.channel, "id": rest[0].last, "tid": rest[0].last_tid}
+    assert as_dc_rows(read_increments(spark, out)) == dc_rows(history.source)
 
 
 def source_tables(sandbox: Sandbox, db: str) -> dict[str, tuple[list[str], dict[tuple[str, ...], dict[str, Any]]]]:

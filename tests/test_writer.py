@@ -1,11 +1,24 @@
-"""The writers' hand-built INSERT statements, against a real DC server: exact text back, split by size."""
+"""The writers' hand-built INSERT statements, against a real DC server: exact text back, split by size, and
+rows larger than the DC's max_allowed_packet."""
 
 from __future__ import annotations
 
+import json
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from gate.cli import main
 from gate.dc import ChannelSettings, connect, create_channel
 from gate.sandbox import Sandbox
+from gate.status import ChannelStatus, channel_status
 from gate.writer import MAX_STATEMENT, _dc_session, _write, insert_statements
-from tests.replay import server_config
+from tests.replay import make_channel, server_config, start_gate, wait_caught_up, wait_running
 
 AWKWARD = ["", "'", "''", "\\", "\\'", "\\\\0", "\0", "a\0b", "\n\r\t\x1a", '"', "é🚀", "%s", "{}", "?", "`x`;",
            "\\N", "NULL", "--", "/*", "*/", "x" * 30000]
@@ -34,3 +47,98 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL sql_mode = REPLACE(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES', '')")
         conn.close()
+
+
+PACKET = 128 * 1024  # the DC's max_allowed_packet in the test below
+COLUMNS = "id, tid, dbname, tablename, CAST(create_time AS CHAR), instance_name, optype, data"  # as DCRow
+
+
+def status_of(config: Path, channel: str, *options: str) -> str:
+    result = CliRunner().invoke(main, ["--config", str(config), *options, "status", channel, "--sample", "0"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.1)
+    return found
+
+
+def test_rows_against_a_small_max_allowed_packet_split_or_wait_loudly(make_sandbox: Callable[..., Sandbox],
+                                                                      unique_name: str, tmp_path: Path) -> None:
+    """A chunk too large for one INSERT goes as several; a single row too large stops the channel's
+    checkpoint with an ERROR in the log and in 'gate status' (id, size, setting) until the DC's
+    max_allowed_packet is raised, and then is written without restarting gate."""
+    sb = make_sandbox(dc_args=(f"--max-allowed-packet={PACKET}",))
+    name = unique_name
+    dc = make_channel(sb.dc, sb.source, name)
+    with sb.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE src")
+        cur.execute("CREATE TABLE src.t (id INT PRIMARY KEY, v LONGTEXT)")
+    gate = start_gate(tmp_path, sb.dc, name)
+    wait_running(sb.dc, name, gate)
+    texts = [f"{n:03d}" + "é" * 4000 for n in range(40)]  # 8 KB each: 320 KB in one transaction, one chunk
+    with sb.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        for n, text in enumerate(texts):
+            cur.execute("INSERT INTO src.t VALUES (%s, %s)", (n, text))
+        cur.execute("COMMIT")
+    assert wait_caught_up(sb.source, sb.dc, name, timeout=30) == (41, 2)  # CREATE TABLE, then the 40 rows
+    with sb.dc.connect(name) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {COLUMNS} FROM transfer_data WHERE id > 1 ORDER BY id")
+        chunk = cur.fetchall()
+    assert [(r[0], r[1], r[6], json.loads(r[7])) for r in chunk] == [
+        (n + 2, 2, "INSERT", {"NEW": [{"id": str(n)}, {"v": text}]}) for n, text in enumerate(texts)]
+    [whole] = insert_statements(list(chunk))  # what the writers sent before: one INSERT of 320 KB
+    split = insert_statements(list(chunk), PACKET)
+    assert len(whole.encode()) > PACKET and len(split) == 6 and all(len(s.encode()) < PACKET for s in split)
+
+    with sb.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO src.t VALUES (100, %s)", ("x" * 200_000,))  # row 42: no INSERT of it fits
+        cur.execute("INSERT INTO src.t VALUES (101, 'after')")  # row 43, its own transaction
+
+    def dc_status() -> ChannelStatus:
+        return channel_status(dc, name, 0)
+
+    [stuck] = wait_for(lambda: dc_status().stuck_rows, "stuck row in status")
+    log_file = tmp_path / f"{name}.log"
+    wait_for(lambda: " ERROR gate.writer: " in log_file.read_text(), "ERROR in the log")
+    assert dc_status().checkpoint_id == 41
+    as_json = json.loads(status_of(tmp_path / "config.yaml", name, "--json"))
+    as_text = status_of(tmp_path / "config.yaml", name)
+
+    with sb.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL max_allowed_packet = 1048576")
+    assert wait_caught_up(sb.source, sb.dc, name, timeout=30) == (43, 4)
+    with sb.dc.connect(name) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {COLUMNS} FROM transfer_data WHERE id > 41 ORDER BY id")
+        big, after = cur.fetchall()
+        cur.execute("SELECT name FROM gate_meta WHERE name LIKE 'stuck%'")
+        assert cur.fetchall() == ()
+    assert (json.loads(big[7]), json.loads(after[7])) == ({"NEW": [{"id": "100"}, {"v": "x" * 200_000}]},
+                                                          {"NEW": [{"id": "101"}, {"v": "after"}]})
+    size = len(insert_statements([big])[0].encode())
+    message = (
+        f"Channel '{name}': row id 42 does not fit the DC server's max_allowed_packet: its INSERT is {size} bytes "
+        f"and the DC server {sb.dc.address} accepts packets of {PACKET} bytes. The checkpoint stays below id 42 "
+        f"until it is written; gate retries it every 5 s. Raise max_allowed_packet on the DC server to at least "
+        f"{size + 1} bytes, e.g. 'SET GLOBAL max_allowed_packet = 1048576;' and 'max_allowed_packet = 1048576' "
+        "under [mysqld] in its my.cnf; gate's writers use the new value when they reconnect, within seconds, "
+        "without a restart. gate's own connections set no client-side limit, but a client that reads the row "
+        "needs one as large (e.g. the mariadb client's --max-allowed-packet).")
+    assert stuck == {"id": 42, "bytes": size, "max_allowed_packet": PACKET, "since": stuck["since"],
+                     "message": message}
+    assert as_json["stuck_rows"] == [stuck] and as_json["checkpoint_id"] == 41
+    assert re.search(r"^stuck_rows +1$", as_text, re.M)
+    assert as_text.endswith(f"\n\nERROR since {stuck['since']} UTC: {message}\n")
+    assert dc_status().stuck_rows == []
+    gate.send_signal(signal.SIGTERM)
+    assert gate.wait(timeout=30) == 0
+    log = log_file.read_text()
+    assert log.count(f" ERROR gate.writer: {message}\n") == 1  # repeated once a minute while it lasts
+    assert (f" INFO gate.writer: Channel '{name}': row id 42 written, now that the DC server's max_allowed_packet "
+            "is 1048576 bytes\n") in log
