@@ -21,6 +21,11 @@ def _statements(filename: str) -> list[str]:
     return [s.strip() for s in re.split(r";\s*$", text, flags=re.MULTILINE) if s.strip()]
 
 
+def table_ddl(table: str) -> str:
+    """The CREATE TABLE IF NOT EXISTS of one table, e.g. to add it to a channel created before it existed."""
+    return next(s for s in ddl_statements() if re.match(rf"CREATE TABLE IF NOT EXISTS {table} \(", s))
+
+
 def ddl_statements() -> list[str]:
     """Every CREATE TABLE of a channel database, contract tables first."""
     return _statements("contract.sql") + _statements("internal.sql")

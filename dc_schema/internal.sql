@@ -49,3 +49,17 @@ CREATE TABLE IF NOT EXISTS gate_consumer (
   tid        BIGINT UNSIGNED NOT NULL,
   updated_at TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Changes of XA transactions that are prepared on the source and not yet committed or rolled back.
+-- They get ids only when the XA COMMIT is read; the rows of an outcome are deleted in the DC
+-- transaction that moves the checkpoint past it.
+CREATE TABLE IF NOT EXISTS gate_xa_pending (
+  xid       VARCHAR(300)    NOT NULL COMMENT 'as the binlog writes it: X''gtrid'',X''bqual'',formatID',
+  seq       BIGINT UNSIGNED NOT NULL COMMENT 'order of the change in the prepared transaction, from 1',
+  dbname    VARCHAR(64)     NOT NULL,
+  tablename VARCHAR(64)     NOT NULL,
+  optype    VARCHAR(64)     NOT NULL,
+  data      LONGTEXT        NULL,
+  created   BIGINT UNSIGNED NOT NULL COMMENT 'source unix time of the row event',
+  PRIMARY KEY (xid, seq)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -62,9 +62,11 @@ class Chunks:
     """What the ordering emitted: (chunk number, row ids, tids, row data, boundary id/tid/position)."""
 
     got: list[tuple[int, list[DCRow], ResumeState | None]] = field(default_factory=list)
+    resolved: list[list[str]] = field(default_factory=list)
 
-    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None) -> None:
+    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str]) -> None:
         self.got.append((no, rows, boundary))
+        self.resolved.append(resolved)
 
     @property
     def rows(self) -> list[tuple[int, int, str]]:
@@ -75,8 +77,28 @@ class Chunks:
         return [(b.id, b.tid, b.log_pos) for _no, _rows, b in self.got if b is not None]
 
 
-def commit(pos: int) -> Commit:
-    return Commit(Position("bin.000001", pos, None), 1_700_000_000)
+def commit(pos: int, xa: tuple[str, str] | None = None, timestamp: int = 1_700_000_000) -> Commit:
+    return Commit(Position("bin.000001", pos, None), timestamp, xa)
+
+
+@dataclass
+class Prepared:
+    """An in-memory store of prepared XA changes."""
+
+    stored: dict[str, dict[int, tuple[Change, int]]] = field(default_factory=dict)
+    stores: int = 0
+
+    def prepare(self, xid: str) -> None:
+        self.stored.pop(xid, None)
+
+    def store(self, xid: str, first_seq: int, changes: list[tuple[Change, int]]) -> None:
+        self.stores += 1
+        for n, pair in enumerate(changes):
+            self.stored.setdefault(xid, {})[first_seq + n] = pair
+
+    def read(self, xid: str, after_seq: int, limit: int) -> list[tuple[int, Change]]:
+        seqs = sorted(seq for seq in self.stored.get(xid, {}) if seq > after_seq)[:limit]
+        return [(seq, self.stored[xid][seq][0]) for seq in seqs]
 
 
 def feed(ordering: Ordering, items: list[Item], stream: Any = "stream-1") -> None:
@@ -85,7 +107,7 @@ def feed(ordering: Ordering, items: list[Item], stream: Any = "stream-1") -> Non
         if type(item) is Rows:
             ordering.rows(item, stream)
         elif type(item) is Begin:
-            ordering.begin()
+            ordering.begin(item.xid)
         elif type(item) is Commit:
             ordering.commit(item)
         elif type(item) is Statement:
@@ -94,10 +116,11 @@ def feed(ordering: Ordering, items: list[Item], stream: Any = "stream-1") -> Non
 
 
 def make(decoders: FakeDecoders, batch_rows: int = 1000, job_bytes: int = 1 << 20,
-         last_id: int = 0, last_tid: int = 0) -> tuple[Ordering, Chunks]:
+         last_id: int = 0, last_tid: int = 0, prepared: Prepared | None = None) -> tuple[Ordering, Chunks]:
     chunks = Chunks()
     ordering = Ordering(Sequencer(last_id, last_tid, "src:3306"), "src:3306", decoders, chunks, batch_rows,
-                        job_format=lambda stream: stream, flush_after=3600.0, job_bytes=job_bytes)
+                        prepared or Prepared(), job_format=lambda stream: stream, flush_after=3600.0,
+                        job_bytes=job_bytes)
     return ordering, chunks
 
 
@@ -191,6 +214,44 @@ def test_idle_without_anything_read_emits_nothing() -> None:
     feed(ordering, [Idle()])
     ordering.drain()
     assert chunks.got == []
+
+
+def test_an_xa_transaction_is_numbered_at_its_commit_as_one_transaction() -> None:
+    """PREPARE stores the rows (none numbered), another transaction commits in between, COMMIT numbers
+    them with one tid and the commit's time; the chunk holding the outcome lists the xid."""
+    prepared = Prepared()
+    ordering, chunks = make(FakeDecoders(), batch_rows=2, prepared=prepared)
+    xa_events = [row_event(f"xa{n}", 1) for n in range(3)]
+    feed(ordering, [Begin(0, 1, None, "X'78',X'',1"), *xa_events, commit(100, ("PREPARE", "X'78',X'',1")),
+                    BEGIN, row_event("plain", 1), commit(200),
+                    Begin(0, 1, None, None), commit(300, ("COMMIT", "X'78',X'',1"), timestamp=86_400)])
+    ordering.drain()
+    assert prepared.stores == 2  # batch_rows bounds what waits in memory: 2 + 1
+    assert chunks.rows == [(1, 1, '{"NEW":["plain.0"]}'), (2, 2, '{"NEW":["xa0.0"]}'),
+                           (3, 2, '{"NEW":["xa1.0"]}'), (4, 2, '{"NEW":["xa2.0"]}')]
+    assert {r[4] for _no, rows, _b in chunks.got for r in rows[1:]} == {"1970-01-02 00:00:00"}
+    assert chunks.boundaries[-1] == (4, 2, 300)
+    assert [xids for xids in chunks.resolved if xids] == [["X'78',X'',1"]]
+
+
+def test_a_rolled_back_xa_transaction_gives_no_row_and_is_resolved() -> None:
+    ordering, chunks = make(FakeDecoders())
+    feed(ordering, [Begin(0, 1, None, "x1"), row_event("xa", 2), commit(100, ("PREPARE", "x1")),
+                    Begin(0, 1, None, None), commit(200, ("ROLLBACK", "x1"))])
+    ordering.drain()
+    assert chunks.rows == [] and chunks.boundaries == [(0, 0, 200)]
+    assert chunks.resolved == [["x1"]]
+
+
+def test_an_xid_used_again_emits_the_chunk_resolving_its_earlier_use_first() -> None:
+    ordering, chunks = make(FakeDecoders())
+    feed(ordering, [Begin(0, 1, None, "x1"), row_event("a", 1), commit(100, ("PREPARE", "x1")),
+                    Begin(0, 1, None, None), commit(200, ("COMMIT", "x1")),
+                    Begin(0, 1, None, "x1"), row_event("b", 1), commit(300, ("PREPARE", "x1")),
+                    Begin(0, 1, None, None), commit(400, ("COMMIT", "x1"))])
+    ordering.drain()
+    assert chunks.rows == [(1, 1, '{"NEW":["a.0"]}'), (2, 2, '{"NEW":["b.0"]}')]
+    assert chunks.resolved == [["x1"], ["x1"]]  # two chunks: the second use waited for the first's
 
 
 # --- checkpointer -------------------------------------------------------------------------------

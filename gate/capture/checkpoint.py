@@ -4,6 +4,8 @@ transactions, with the matching resume state, in one DC transaction.
 Chunks are numbered in the order the sequencer filled them. A chunk may carry transaction
 boundaries (the id, tid and binlog position right after a transaction). Once every chunk up to and
 including a chunk is committed by the writers, that chunk's last boundary may become the checkpoint.
+A chunk also names the XA transactions whose outcome (commit or rollback) it passes: their stored
+prepared changes are deleted in the transaction that moves the checkpoint past it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pymysql
 
 from gate.common.dc import ResumeState, write_resume
 from gate.capture.failover import clear_marker
+from gate.capture.xa import forget
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 class _Chunk:
     seq: int
     boundary: ResumeState | None
+    resolved: list[str]
     committed: bool = False
 
 
@@ -37,11 +41,12 @@ class Checkpointer:
     _chunks: deque[_Chunk] = field(default_factory=deque)
     _index: dict[int, _Chunk] = field(default_factory=dict)
     _target: ResumeState | None = None
+    _resolved: list[str] = field(default_factory=list)  # xids resolved at or below _target
     _written_at: float = 0.0
 
-    def add(self, seq: int, boundary: ResumeState | None, has_rows: bool) -> None:
+    def add(self, seq: int, boundary: ResumeState | None, has_rows: bool, resolved: list[str] | None = None) -> None:
         """Record a dispatched chunk; one without rows counts as committed at once."""
-        chunk = _Chunk(seq, boundary, committed=not has_rows)
+        chunk = _Chunk(seq, boundary, resolved or [], committed=not has_rows)
         self._chunks.append(chunk)
         self._index[seq] = chunk
         self._advance()
@@ -57,6 +62,11 @@ class Checkpointer:
             self._index.pop(chunk.seq, None)
             if chunk.boundary is not None:
                 self._target = chunk.boundary
+            self._resolved.extend(chunk.resolved)
+
+    def resolving(self, xid: str) -> bool:
+        """Whether the stored changes of ``xid`` still wait for a checkpoint to delete them."""
+        return xid in self._resolved or any(xid in chunk.resolved for chunk in self._chunks)
 
     @property
     def pending(self) -> int:
@@ -72,13 +82,14 @@ class Checkpointer:
 
     def write(self, conn: pymysql.Connection) -> bool:
         """Store the newest reachable boundary; False (retried later) if the DC connection broke."""
-        target = self._target
+        target, resolved = self._target, self._resolved[:]
         if target is None:
             return True
         try:
             conn.begin()
             with conn.cursor() as cur:
                 write_resume(cur, self.channel, target)
+                forget(cur, self.channel, resolved)
                 if self.marker_pending:
                     clear_marker(cur, self.channel)
             conn.commit()
@@ -87,6 +98,7 @@ class Checkpointer:
             self._written_at = time.monotonic()
             return False
         self.state = target
+        del self._resolved[:len(resolved)]
         self.marker_pending = False
         if self._target is target:
             self._target = None

@@ -317,8 +317,9 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
                 changes.extend(translator.statement(part))
         gtid = begin.gtid if type(begin) is Begin else None
         server_id = begin.server_id if type(begin) is Begin else 0
-        if changes and not deduper.held(gtid, server_id, first_time, changes):
-            break
+        xa_step = item.xa is not None and deduper.marker.mode == "gtid" and gtid is not None
+        if (changes or xa_step) and not deduper.held(gtid, server_id, first_time, changes):
+            break  # an XA COMMIT has no changes of its own: only its GTID tells whether the DC has it
         skipped += 1
         buffered = []
     else:

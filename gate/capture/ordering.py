@@ -13,11 +13,16 @@ This is the one place where ids, tids and checkpoint boundaries meet binlog orde
 - a boundary (the id, tid and binlog position after a transaction) is attached to the chunk that
   holds the transaction's last row, or to the next chunk when it has none, never to an earlier one;
 - a chunk is emitted when a row event brings it to ``batch_rows`` rows or more, or at a transaction's end once its first
-  row has waited ``flush_after`` seconds, or when the caller flushes (the source is idle, or stop).
+  row has waited ``flush_after`` seconds, or when the caller flushes (the source is idle, or stop);
+- the changes of an XA PREPARE group are not numbered: they go to a store (:class:`PreparedChanges`)
+  before the group's boundary, and come back at the XA COMMIT, numbered there as one transaction; the
+  chunk that holds an XA outcome (COMMIT or ROLLBACK) lists its xid, so that the checkpoint that
+  passes it can delete the stored changes.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +38,8 @@ from gate.common.dc import ResumeState
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
 JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class RowsOp:
@@ -45,7 +52,9 @@ class RowsOp:
 
 @dataclass(slots=True)
 class BeginOp:
-    """A transaction starts: its first row takes a new tid."""
+    """A transaction starts: its first row takes a new tid. ``xid`` when it is an XA PREPARE group."""
+
+    xid: str | None
 
 
 @dataclass(slots=True)
@@ -54,6 +63,7 @@ class CommitOp:
 
     position: Position
     timestamp: int
+    xa: tuple[str, str] | None  # ("PREPARE" | "COMMIT" | "ROLLBACK", xid) when the group was an XA step
 
 
 @dataclass(slots=True)
@@ -75,8 +85,22 @@ class Decoding(Protocol):
     def collect(self, timeout: float = 0.0) -> None: ...
 
 
-Emit = Callable[[int, list[DCRow], ResumeState | None], None]
-"""Receives each chunk: its number, its rows (possibly none) and the last transaction boundary in it."""
+class PreparedChanges(Protocol):
+    """Where the changes of prepared XA transactions wait for their outcome (kept across restarts)."""
+
+    def prepare(self, xid: str) -> None:
+        """A PREPARE group of ``xid`` starts: remove what is stored under it."""
+
+    def store(self, xid: str, first_seq: int, changes: list[tuple[Change, int]]) -> None:
+        """Store (change, source time) pairs as seq ``first_seq`` on (storing again changes nothing)."""
+
+    def read(self, xid: str, after_seq: int, limit: int) -> list[tuple[int, Change]]:
+        """The next stored (seq, change) pairs of ``xid`` after ``after_seq``, in order."""
+
+
+Emit = Callable[[int, list[DCRow], ResumeState | None, list[str]], None]
+"""Receives each chunk: its number, its rows (possibly none), the last transaction boundary in it and
+the xids of the XA outcomes it holds."""
 
 
 class Ordering:
@@ -84,8 +108,8 @@ class Ordering:
     numbered chunks with their boundaries out, through ``emit``."""
 
     def __init__(self, sequencer: Sequencer, instance: str, decoders: Decoding, emit: Emit, batch_rows: int,
-                 job_format: Callable[[Any], StreamFormat] = StreamFormat.of, flush_after: float = FLUSH_AFTER,
-                 job_bytes: int = JOB_BYTES) -> None:
+                 prepared: PreparedChanges, job_format: Callable[[Any], StreamFormat] = StreamFormat.of,
+                 flush_after: float = FLUSH_AFTER, job_bytes: int = JOB_BYTES) -> None:
         self.sequencer = sequencer
         self.instance = instance
         self.decoders = decoders
@@ -94,6 +118,7 @@ class Ordering:
         self.job_format = job_format
         self.flush_after = flush_after
         self.job_bytes = job_bytes
+        self.prepared = prepared
         self._ops: deque[Op] = deque()
         self._job: Job | None = None  # the job being filled, not yet sent
         self._job_stream: Any = None  # the library stream its events came from
@@ -102,6 +127,10 @@ class Ordering:
         self._boundary: ResumeState | None = None
         self._chunks = 0
         self._chunk_since = time.monotonic()
+        self._resolved: list[str] = []  # xids whose outcome the chunk being filled holds
+        self._xid: str | None = None  # the XA PREPARE group being applied
+        self._unstored: list[tuple[Change, int]] = []  # its changes not stored yet, with their source time
+        self._stored = 0  # how many of its changes are stored
 
     @property
     def waiting(self) -> int:
@@ -121,11 +150,11 @@ class Ordering:
         if self._job.nbytes >= self.job_bytes:
             self._send()
 
-    def begin(self) -> None:
-        self._ops.append(BeginOp())
+    def begin(self, xid: str | None = None) -> None:
+        self._ops.append(BeginOp(xid))
 
     def commit(self, item: Commit) -> None:
-        self._ops.append(CommitOp(item.position, item.timestamp))
+        self._ops.append(CommitOp(item.position, item.timestamp, item.xa))
         if self._job is not None and time.monotonic() - self._job.started >= self.flush_after:
             self._send()
 
@@ -149,14 +178,22 @@ class Ordering:
                         self._send()
                     self.decoders.collect(timeout=0.5)
                     continue
-                if not self._rows:
-                    self._chunk_since = time.monotonic()
-                self._rows.extend(sequencer.number(decoded[op.index], op.timestamp))
-                if len(self._rows) >= self.batch_rows:
-                    self.flush()
+                if self._xid is not None:
+                    self._unstored.extend((change, op.timestamp) for change in decoded[op.index])
+                    if len(self._unstored) >= self.batch_rows:
+                        self._store_prepared()
+                else:
+                    self._number(decoded[op.index], op.timestamp)
             elif type(op) is BeginOp:
                 sequencer.begin()
+                if op.xid is not None:
+                    if op.xid in self._resolved:  # its earlier use is resolved in this chunk: emit it first
+                        self.flush()
+                    self.prepared.prepare(op.xid)
+                self._xid, self._unstored, self._stored = op.xid, [], 0
             elif type(op) is CommitOp:
+                if op.xa is not None:
+                    self._xa_step(*op.xa, op.timestamp)
                 pos = op.position
                 self._boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
                                              self.instance, op.timestamp)
@@ -173,14 +210,45 @@ class Ordering:
         if not self._rows and self._boundary is None:
             return
         self._chunks += 1
-        rows, boundary = self._rows, self._boundary
-        self._rows, self._boundary = [], None
-        self.emit(self._chunks, rows, boundary)
+        rows, boundary, resolved = self._rows, self._boundary, self._resolved
+        self._rows, self._boundary, self._resolved = [], None, []
+        self.emit(self._chunks, rows, boundary, resolved)
 
     def drain(self) -> None:
         """Apply every operation and emit the last chunk: all that was read is now numbered."""
         self.apply(wait=True)
         self.flush()
+
+    def _number(self, changes: list[Change], timestamp: int) -> None:
+        if not self._rows:
+            self._chunk_since = time.monotonic()
+        self._rows.extend(self.sequencer.number(changes, timestamp))
+        if len(self._rows) >= self.batch_rows:
+            self.flush()
+
+    def _store_prepared(self) -> None:
+        if self._unstored:
+            assert self._xid is not None
+            self.prepared.store(self._xid, self._stored + 1, self._unstored)
+            self._stored, self._unstored = self._stored + len(self._unstored), []
+
+    def _xa_step(self, action: str, xid: str, timestamp: int) -> None:
+        """PREPARE stores the group's changes; COMMIT numbers the stored ones as one transaction (the
+        commit's); COMMIT and ROLLBACK are listed as resolved in the chunk."""
+        if self._xid == xid:  # the end of the first phase (or, on MySQL, a one-phase commit)
+            self._store_prepared()
+        self._xid = None
+        if action == "PREPARE":
+            return
+        if action == "COMMIT":
+            seq = 0
+            while batch := self.prepared.read(xid, seq, self.batch_rows):
+                seq = batch[-1][0]
+                self._number([change for _seq, change in batch], timestamp)
+            if not seq:
+                log.info("XA COMMIT %s: no stored changes (its tables are filtered out, or its XA PREPARE lies "
+                         "before the channel's start position)", xid)
+        self._resolved.append(xid)
 
     def _send(self) -> None:
         if self._job is not None:

@@ -12,13 +12,15 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 import pymysql
 
+from gate.capture import xa
 from gate.capture.checkpoint import Checkpointer
 from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
@@ -30,13 +32,14 @@ from gate.capture.reader import (Begin, BinlogReader, Commit, Idle, Item, Positi
                          current_position)
 from gate.capture.ordering import Ordering
 from gate.capture.sequencer import DCRow, Sequencer
-from gate.capture.translate import TableFilter, Translator
+from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10.0
 FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
+T = TypeVar("T")
 
 
 class ChannelBusy(GateError):
@@ -81,6 +84,32 @@ def describe_columns(server: ServerConfig, retry_for: float, stopping: threading
                 time.sleep(min(2.0, 0.1 * 2 ** min(5, int(now - failing_since))))
 
     return describe
+
+
+@dataclass
+class PreparedInDC:
+    """The ordering's store of prepared XA changes: gate_xa_pending, through the pipeline's control
+    connection, retried while the DC is unreachable."""
+
+    pipeline: Pipeline
+    checkpointer: Checkpointer
+    pool: WriterPool
+
+    def prepare(self, xid: str) -> None:
+        """An xid used again waits until a checkpoint has deleted the stored changes of its earlier use;
+        whatever else is stored under it (this group's own changes from an interrupted run, or what a
+        moved start position left) goes."""
+        pipeline, checkpointer = self.pipeline, self.checkpointer
+        while checkpointer.resolving(xid) and not pipeline._abandon.is_set():
+            checkpointer.committed(self.pool.acks(timeout=0.1))
+            pipeline._checkpoint(checkpointer)
+        pipeline._on_dc(lambda conn: xa.discard(conn, pipeline.channel, xid))
+
+    def store(self, xid: str, first_seq: int, changes: list[tuple[Change, int]]) -> None:
+        self.pipeline._on_dc(lambda conn: xa.store(conn, self.pipeline.channel, xid, first_seq, changes))
+
+    def read(self, xid: str, after_seq: int, limit: int) -> list[tuple[int, Change]]:
+        return self.pipeline._on_dc(lambda conn: xa.read(conn, self.pipeline.channel, xid, after_seq, limit))
 
 
 class Pipeline:
@@ -157,6 +186,7 @@ class Pipeline:
                      self.channel, now.describe())
         removed = 0
         with conn.cursor() as cur:
+            xa.ensure_table(cur)
             while cur.execute(f"DELETE FROM {q(self.channel)}.transfer_data WHERE id > %s ORDER BY id LIMIT 20000",
                               (state.id,)):
                 removed += cur.rowcount
@@ -279,16 +309,17 @@ class Pipeline:
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int) -> None:
-        """Read items into the ordering (row events of captured tables, transaction ends, translated
-        statements); its chunks go to the writers and its boundaries to the checkpointer."""
+        """Read items into the ordering (row events of captured tables, transaction starts and ends,
+        translated statements); its chunks go to the writers and its boundaries to the checkpointer."""
 
-        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None) -> None:
-            checkpointer.add(chunk_no, boundary, bool(rows))
+        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str]) -> None:
+            checkpointer.add(chunk_no, boundary, bool(rows), resolved)
             if rows:
                 pool.submit(chunk_no, rows)
             self.stats.rows += len(rows)
 
-        ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows)
+        ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows,
+                            PreparedInDC(self, checkpointer, pool))
         next_progress = time.monotonic() + PROGRESS_EVERY
         next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
@@ -302,7 +333,7 @@ class Pipeline:
                 if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
                     next_filter = time.monotonic() + FILTER_EVERY
                     self._reread_filter(translator, reader.boundary.describe())
-                ordering.begin()
+                ordering.begin(item.xid)
             elif kind is Commit:
                 self.stats.transactions += 1
                 ordering.commit(item)
@@ -326,6 +357,17 @@ class Pipeline:
                 log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
                          state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
         ordering.drain()
+
+    def _on_dc(self, work: Callable[[pymysql.Connection], T]) -> T:
+        """Run ``work`` on the control connection, retried while the DC is unreachable (until a second stop)."""
+        while True:
+            try:
+                return work(self._ctl_conn())
+            except (ConnectionFailed, pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+                if self._abandon.is_set():
+                    raise DrainAbandoned(f"stopped while the DC was unreachable ({exc})") from exc
+                log.warning("DC unreachable (%s); retrying", exc)
+                time.sleep(0.5)
 
     def _reread_filter(self, translator: Translator, at: str) -> None:
         """Apply the channel's allow and deny lists as stored now ('gate channel filter' while gate runs)."""

@@ -11,6 +11,7 @@ length header on 15 bytes of payload made the server drop the connection and the
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import time
 from collections.abc import Iterator
@@ -26,19 +27,22 @@ from pymysqlreplication.event import (
     MariadbGtidEvent,
     QueryEvent,
     RotateEvent,
+    XAPrepareEvent,
     XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.common.config import ServerConfig
 from gate.common.dc import describe_position
-from gate.common.errors import ConnectionFailed, PositionPurged, StreamLost
+from gate.common.errors import ConnectionFailed, PositionPurged, StreamLost, UnsupportedEvent
 from gate.capture.values import fix_library_charsets
 
 log = logging.getLogger(__name__)
 
 ROW_EVENTS = {WriteRowsEvent: "INSERT", UpdateRowsEvent: "UPDATE", DeleteRowsEvent: "DELETE"}
-_TXN_CONTROL = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
+_TXN_CONTROL = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA END")
+_XA_STATEMENT = re.compile(r"XA\s+(START|BEGIN|COMMIT|ROLLBACK)\s+X'([0-9A-Fa-f]*)',X'([0-9A-Fa-f]*)',(\d+)\s*$", re.I)
+_FL_GROUP_COMMIT_ID, _FL_PREPARED_XA = 0x02, 0x40  # MariaDB GTID event flags
 _RETRYABLE = {2002, 2003, 2006, 2013, 2055, 1053, 1927}  # unreachable, gone away, lost, shutdown, killed
 
 
@@ -54,13 +58,20 @@ class Position:
         return describe_position(self.log_file, self.log_pos, self.gtid_pos)
 
 
+def xid_text(gtrid: bytes, bqual: bytes, format_id: int) -> str:
+    """An XA transaction's xid as the binlog's XA statements write it: X'6162',X'',1."""
+    return f"X'{gtrid.hex()}',X'{bqual.hex()}',{format_id}"
+
+
 @dataclass(slots=True)
 class Begin:
-    """A transaction starts. ``gtid`` is its GTID where the binlog carries one."""
+    """A transaction starts. ``gtid`` is its GTID where the binlog carries one; ``xid`` is set when the
+    group is the first phase of an XA transaction (its rows, ended by XA PREPARE)."""
 
     timestamp: int
     server_id: int
     gtid: str | None
+    xid: str | None = None
 
 
 @dataclass(slots=True)
@@ -82,10 +93,13 @@ class Statement:
 
 @dataclass(slots=True)
 class Commit:
-    """The open transaction ended; ``position`` is where reading resumes after it."""
+    """The open transaction ended; ``position`` is where reading resumes after it. ``xa`` is set when the
+    group was an XA step: ("PREPARE", xid) ends a group whose rows wait for the outcome, ("COMMIT", xid)
+    and ("ROLLBACK", xid) are groups of their own that give it."""
 
     position: Position
     timestamp: int
+    xa: tuple[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -221,7 +235,7 @@ class BinlogReader:
         settings = {**self.server.connect_args(), "read_timeout": self.read_timeout, "connect_timeout": 5}
         common: dict[str, Any] = dict(
             connection_settings=settings, server_id=self.server_id, blocking=True,
-            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent,
+            only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, XAPrepareEvent, RotateEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
             slave_heartbeat=self.heartbeat, enable_logging=False,
         )
@@ -277,13 +291,18 @@ class BinlogReader:
             elif kind is XidEvent:
                 in_txn = False
                 yield self._commit(stream, event.timestamp)
+            elif kind is XAPrepareEvent:  # MySQL logs XA COMMIT ... ONE PHASE this way, MariaDB as a plain commit
+                in_txn = False
+                xid = xid_text(event.xid_gtrid, event.xid_bqual, event.xid_format_id)
+                yield self._commit(stream, event.timestamp, ("COMMIT" if event.one_phase else "PREPARE", xid))
             elif kind is MariadbGtidEvent or kind is GtidEvent:
                 if kind is MariadbGtidEvent:
                     _merge_gtid(self._gtids, event.gtid)
                 else:  # MySQL: gate keeps the last GTID; its gtid_executed set is the server's business
                     self._gtids = {"": event.gtid}
                 in_txn = True
-                yield Begin(event.timestamp, event.packet.server_id, event.gtid)
+                xid = _prepared_xid(event) if kind is MariadbGtidEvent else None
+                yield Begin(event.timestamp, event.packet.server_id, event.gtid, xid)
             elif kind is QueryEvent:
                 sql = event.query.strip()
                 upper = sql[:20].upper()
@@ -296,6 +315,14 @@ class BinlogReader:
                     yield self._commit(stream, event.timestamp)
                 elif upper.startswith(_TXN_CONTROL):
                     continue
+                elif upper.startswith("XA "):
+                    action, xid = _xa_statement(sql)
+                    if action in ("START", "BEGIN"):  # MySQL: the first phase starts with a statement
+                        in_txn = True
+                        yield Begin(event.timestamp, event.packet.server_id, None, xid)
+                    else:
+                        in_txn = False
+                        yield self._commit(stream, event.timestamp, (action, xid))
                 else:
                     if not in_txn:
                         yield Begin(event.timestamp, event.packet.server_id, None)
@@ -308,7 +335,30 @@ class BinlogReader:
             if self._stopped and not in_txn:
                 return
 
-    def _commit(self, stream: _OwnedStream, timestamp: int) -> Commit:
+    def _commit(self, stream: _OwnedStream, timestamp: int, xa: tuple[str, str] | None = None) -> Commit:
         gtid_pos = ",".join(self._gtids[d] for d in sorted(self._gtids)) or self.boundary.gtid_pos
         self.boundary = Position(stream.log_file, stream.log_pos, gtid_pos)
-        return Commit(self.boundary, timestamp)
+        return Commit(self.boundary, timestamp, xa)
+
+
+def _prepared_xid(event: MariadbGtidEvent) -> str | None:
+    """The xid a MariaDB GTID event carries when it starts the first phase of an XA transaction."""
+    if not event.flags & _FL_PREPARED_XA:
+        return None
+    packet = event.packet
+    if event.flags & _FL_GROUP_COMMIT_ID:
+        packet.read(8)
+    format_id, gtrid_length, bqual_length = struct.unpack("<IBB", packet.read(6))
+    return xid_text(packet.read(gtrid_length), packet.read(bqual_length), format_id)
+
+
+def _xa_statement(sql: str) -> tuple[str, str]:
+    """("COMMIT", xid) for the binlog's "XA COMMIT X'61',X'',1", and so on for START and ROLLBACK."""
+    match = _XA_STATEMENT.match(sql)
+    if match is None:
+        raise UnsupportedEvent(
+            f"The binlog holds the XA statement {sql[:200]!r} in a form gate does not know, so it cannot tell "
+            "which prepared transaction it ends. Report it with the source's version; gate stops rather than "
+            "guess, and resumes from the same place once it understands the statement.")
+    action, gtrid, bqual, format_id = match.groups()
+    return action.upper(), xid_text(bytes.fromhex(gtrid), bytes.fromhex(bqual), int(format_id))

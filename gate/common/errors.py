@@ -81,3 +81,7 @@ class RowTooLarge(GateError):
         self.row_id = row_id
         self.size = size
         self.max_packet = max_packet
+
+
+class UnsupportedEvent(GateError):
+    """The binlog holds an event gate cannot translate without guessing; it stops instead of skipping it."""
