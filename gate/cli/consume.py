@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from datetime import datetime, timezone
 
 import click
 
-from gate.consume.client import OPTYPES, Change, Consumer
+from gate.cli.app import App
 from gate.common.config import check_identifier
 from gate.common.errors import InvalidValue
-
-if TYPE_CHECKING:
-    from gate.cli import App
+from gate.consume.client import OPTYPES, Change, Consumer
 
 _PLAIN = re.compile(r"^[^\s,{}=\"']{1,40}$")
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
-from gate.common.config import check_identifier
-from gate.capture.pipeline import Pipeline
 from gate.admin.status import channel_status
-
-if TYPE_CHECKING:
-    from gate.cli import App
+from gate.capture.pipeline import Pipeline
+from gate.cli.app import App, pairs, table
+from gate.common.config import check_identifier
 
 
 def setup_logging(level: str) -> None:
@@ -80,7 +77,6 @@ def status(app: App, channel: str, sample: float) -> None:
         gate --json status demo --sample 0
     """
     check_identifier(channel, "channel name")
-    from gate.cli import pairs, table  # gate.cli registers this module's commands; import at call time
 
     result = channel_status(app.dc, channel, sample).as_dict()
     switches, stuck = result["switches"], result["stuck_rows"]
