@@ -41,9 +41,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
-from gate.consume.client import Consumer, Cursor
 from gate.common.config import load_config
 from gate.common.errors import GateError
+from gate.consume.client import Consumer, Cursor
 from spark_readers.incremental import parse, read_increment
 from spark_readers.session import ChannelSource, spark_job
 

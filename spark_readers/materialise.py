@@ -40,8 +40,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
-from gate.consume.client import DML_OPTYPES
 from gate.common.errors import GateError, InvalidValue
+from gate.consume.client import DML_OPTYPES
 from spark_readers.load import OutputDir, read_increments
 from spark_readers.session import spark_job
 

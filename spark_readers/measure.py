@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from gate.consume.client import Consumer
 from gate.common.config import load_config
+from gate.consume.client import Consumer
 from spark_readers.incremental import read_increment
 from spark_readers.load import load
 from spark_readers.session import ChannelSource, spark_job

@@ -15,10 +15,10 @@ from typing import Any
 
 import pymysql
 
-from gate.common.config import Secret, ServerConfig
-from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.capture.pipeline import Pipeline
 from gate.capture.reader import current_position
+from gate.common.config import Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.devtools.sandbox import MariaDBServer
 
 

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from gate.cli import main
-from gate.consume.client import Change, Consumer, Cursor
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.common.errors import InvalidValue
+from gate.consume.client import Change, Consumer, Cursor
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import RandomWorkload
 from tests.replay import make_channel, running, server_config, wait_caught_up

@@ -6,8 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from gate.common.config import (ChannelDefaults, Config, SandboxConfig, Secret, ServerConfig, check_identifier, load_config,
-                         parse_address, parse_config)
+from gate.common.config import (
+    ChannelDefaults,
+    Config,
+    SandboxConfig,
+    Secret,
+    ServerConfig,
+    check_identifier,
+    load_config,
+    parse_address,
+    parse_config,
+)
 from gate.common.errors import ConfigError, InvalidIdentifier, InvalidValue
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ import pytest
 
 from gate.capture.decoder import DecoderFailed, DecoderPool, Job, StreamFormat
 from gate.capture.reader import BinlogReader, Commit, Idle, Rows, current_position
-from gate.devtools.sandbox import Sandbox
 from gate.capture.translate import TableFilter, Translator
+from gate.devtools.sandbox import Sandbox
 from tests.replay import server_config
 
 

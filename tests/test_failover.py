@@ -19,20 +19,31 @@ import pymysql
 import pytest
 from click.testing import Result
 
-from scripts.bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
-from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
 from gate.admin.channel import set_failover
-from gate.common.config import ChannelDefaults, Secret, ServerConfig
-from gate.common.dc import ChannelSettings, connect, read_resume, read_settings
+from gate.admin.preflight import Problem, check_server, require_channel
 from gate.capture import failover
-from gate.common.errors import ConnectionFailed, FailoverError, PreflightFailed
 from gate.capture.failover import MARKER, PLANNED, _gtid_seqs, plan_switch, read_marker
 from gate.capture.pipeline import Pipeline
-from gate.admin.preflight import Problem, check_server, require_channel
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, read_resume, read_settings
+from gate.common.errors import ConnectionFailed, FailoverError, PreflightFailed
 from gate.devtools.sandbox import MariaDBServer, Sandbox, free_port
 from gate.devtools.workload import RandomWorkload
-from tests.replay import (dc_rows, make_channel, replay, running, server_config, start_gate, table_contents,
-                          wait_caught_up, wait_row, wait_running, wait_sampled)
+from scripts.bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
+from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
+from tests.replay import (
+    dc_rows,
+    make_channel,
+    replay,
+    running,
+    server_config,
+    start_gate,
+    table_contents,
+    wait_caught_up,
+    wait_row,
+    wait_running,
+    wait_sampled,
+)
 
 FAST = ChannelDefaults(batch_rows=50, writers=2, standby_sample_seconds=0.3, failover_after_seconds=2.0,
                        failover_margin_seconds=1.0)

@@ -10,13 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from gate.capture.pipeline import Pipeline
 from gate.common.config import ChannelDefaults
 from gate.common.errors import PositionPurged
-from gate.capture.pipeline import Pipeline
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from gate.devtools.workload import RandomWorkload
-from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, start_gate,
-                          table_contents, wait_caught_up, wait_running)
+from tests.replay import (
+    dc_rows,
+    fresh_target,
+    make_channel,
+    replay,
+    running,
+    server_config,
+    start_gate,
+    table_contents,
+    wait_caught_up,
+    wait_running,
+)
 
 
 def _bounce(server: MariaDBServer, kill: bool) -> None:

@@ -11,15 +11,23 @@ from collections.abc import Callable
 import pytest
 from click.testing import Result
 
+from gate.capture.pipeline import Pipeline, describe_columns
+from gate.capture.reader import SourceDown, current_position
 from gate.common.config import Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.common.errors import GateError
-from gate.capture.pipeline import Pipeline, describe_columns
-from gate.capture.reader import SourceDown, current_position
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.workload import RandomWorkload
-from tests.replay import (dc_rows, fresh_target, make_channel, replay, running, server_config, table_contents,
-                          wait_caught_up)
+from tests.replay import (
+    dc_rows,
+    fresh_target,
+    make_channel,
+    replay,
+    running,
+    server_config,
+    table_contents,
+    wait_caught_up,
+)
 
 Gate = Callable[..., Result]
 

@@ -11,9 +11,9 @@ import pymysql
 import pytest
 from click.testing import Result
 
+from gate.admin.preflight import CHECK_TIMEOUT, Problem, check_server, require_server
 from gate.common.config import Secret, ServerConfig
 from gate.common.errors import ConnectionFailed, PreflightFailed
-from gate.admin.preflight import CHECK_TIMEOUT, Problem, check_server, require_server
 from gate.devtools.sandbox import Sandbox
 
 Gate = Callable[..., Result]

@@ -16,8 +16,17 @@ from click.testing import Result
 
 from gate.capture.pipeline import FILTER_EVERY
 from gate.devtools.sandbox import Sandbox
-from tests.replay import (GATE, STARTED, dc_rows, make_channel, running, start_gate, wait_caught_up, wait_row,
-                          wait_running)
+from tests.replay import (
+    GATE,
+    STARTED,
+    dc_rows,
+    make_channel,
+    running,
+    start_gate,
+    wait_caught_up,
+    wait_row,
+    wait_running,
+)
 
 Gate = Callable[..., Result]
 

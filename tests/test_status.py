@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 
 from click.testing import Result
 
-from gate.common.config import ChannelDefaults
 from gate.capture.failover import PLANNED
+from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import Sandbox
 from tests.replay import make_channel, running, server_config, wait_caught_up, wait_sampled
 

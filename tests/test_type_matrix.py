@@ -31,9 +31,9 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from gate.capture.values import BinaryFormat, ImageRenderer, fix_library_charsets
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
-from gate.capture.values import BinaryFormat, ImageRenderer, fix_library_charsets
 from tests.replay import dc_rows, make_channel, running, wait_caught_up
 
 _server_ids = itertools.count(7301)

@@ -13,11 +13,11 @@ from typing import Any
 
 from click.testing import CliRunner
 
+from gate.admin.status import ChannelStatus, channel_status
+from gate.capture.writer import MAX_STATEMENT, _dc_session, _write, insert_statements
 from gate.cli import main
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.devtools.sandbox import Sandbox
-from gate.admin.status import ChannelStatus, channel_status
-from gate.capture.writer import MAX_STATEMENT, _dc_session, _write, insert_statements
 from tests.replay import make_channel, server_config, start_gate, wait_caught_up, wait_running
 
 AWKWARD = ["", "'", "''", "\\", "\\'", "\\\\0", "\0", "a\0b", "\n\r\t\x1a", '"', "é🚀", "%s", "{}", "?", "`x`;",

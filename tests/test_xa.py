@@ -14,8 +14,16 @@ import pymysql
 
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
-from tests.replay import (dc_rows, make_channel, running, server_config, start_gate, wait_caught_up, wait_running,
-                          wait_sampled)
+from tests.replay import (
+    dc_rows,
+    make_channel,
+    running,
+    server_config,
+    start_gate,
+    wait_caught_up,
+    wait_running,
+    wait_sampled,
+)
 
 PREPARED_AT, COMMITTED_AT = 1600000000, 1700000000  # source times given to the two phases (SET timestamp)
 

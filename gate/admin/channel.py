@@ -14,15 +14,21 @@ from typing import Any
 import pymysql
 
 import dc_schema
-from gate.common import dc
-from gate.capture import failover
-from gate.common.config import (ChannelDefaults, Secret, ServerConfig, check_identifier, check_range, check_timezone,
-                         parse_address)
-from gate.common.dc import ChannelSettings, ResumeState
-from gate.common.errors import InvalidIdentifier, InvalidValue
-from gate.capture.pipeline import ChannelBusy
 from gate.admin.preflight import Problem, check_server, require_server
+from gate.capture import failover
 from gate.capture.reader import binlog_files, current_position
+from gate.common import dc
+from gate.common.config import (
+    ChannelDefaults,
+    Secret,
+    ServerConfig,
+    check_identifier,
+    check_range,
+    check_timezone,
+    parse_address,
+)
+from gate.common.dc import ChannelSettings, ResumeState
+from gate.common.errors import ChannelBusy, InvalidIdentifier, InvalidValue
 
 SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
 MAX_SERVER_ID = 2**32 - 1
@@ -171,10 +177,8 @@ def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
 def _lock_for_drop(conn: pymysql.Connection, name: str, force: bool) -> int | None:
     """Take the channel's lock so that no gate starts running it meanwhile. Returns the DC connection of
     a gate running the channel (only with ``force``; without, that refuses)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (f"gate:{name}",) * 2)
-        got, holder = cur.fetchone()
-    if got == 1:
+    holder = dc.take_lock(conn, name)
+    if holder is None:
         return None
     if not force:
         raise ChannelBusy(
@@ -182,7 +186,7 @@ def _lock_for_drop(conn: pymysql.Connection, name: str, force: bool) -> int | No
             "(SIGTERM or Ctrl-C), then drop the channel; or add --force to drop it under the running gate, which "
             "then stops with an error."
         )
-    return int(holder)
+    return holder
 
 
 def drop_prompt(dc_server: ServerConfig, name: str, force: bool = False) -> str:
@@ -267,10 +271,7 @@ def set_position(dc_server: ServerConfig, name: str, *, log_file: str | None = N
         else:
             _check_file_position(source, log_file, log_pos)
         with conn.cursor() as cur:
-            cur.execute(
-                f"UPDATE {dc.q(name)}.gate_resume SET log_file = %s, log_pos = %s, gtid_pos = %s, instance_name = %s",
-                (log_file, log_pos, gtid, source.address),
-            )
+            dc.write_start_position(cur, name, log_file, log_pos, gtid, source.address)
         return dc.read_resume(conn, name)
 
 
@@ -363,10 +364,8 @@ def switch(dc_server: ServerConfig, name: str, catch_up_seconds: float) -> dict[
     """
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
-        with conn.cursor() as cur:
-            cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (f"gate:{name}",) * 2)
-            got, holder = cur.fetchone()
-        if got != 1:
+        holder = dc.take_lock(conn, name)
+        if holder is not None:
             raise ChannelBusy(
                 f"Channel '{name}' is running: a gate process holds its lock (DC connection {holder}). Stop gate "
                 "first (SIGTERM or Ctrl-C; it stores its checkpoint), then switch."
@@ -375,7 +374,7 @@ def switch(dc_server: ServerConfig, name: str, catch_up_seconds: float) -> dict[
         origin_server_id = failover.catch_up(settings, catch_up_seconds)
         state = dc.read_resume(conn, name)
         with conn.cursor() as cur:
-            removed = cur.execute(f"DELETE FROM {dc.q(name)}.transfer_data WHERE id > %s", (state.id,))
+            removed = dc.remove_above_checkpoint(cur, name, state.id)
         new_settings, new_state = failover.plan_switch(conn, settings, state, origin_server_id, failover.PLANNED)
     return {"channel": name, "from": settings.source.address, "to": new_settings.source.address,
             "at_id": state.id, "failover_mode": settings.failover_mode, "removed_rows_above_checkpoint": removed,

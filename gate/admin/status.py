@@ -8,10 +8,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, q, read_resume, read_settings
 from gate.common.errors import GateError
-from gate.capture.writer import STUCK_KEY
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from gate.common.dc import ResumeState, write_resume
 from gate.capture.failover import clear_marker
 from gate.capture.xa import forget
+from gate.common.dc import ResumeState, write_resume
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.common.errors import GateError
-from gate.common.process import die_with_multiprocessing_parent, name_process
 from gate.capture.reader import Rows
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.values import BinaryFormat, fix_library_charsets
+from gate.common.errors import GateError
+from gate.common.process import die_with_multiprocessing_parent, name_process
 
 _CTX = mp.get_context("spawn")
 _ROW_EVENTS = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})

@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import pymysql
 
+from gate.capture.reader import Begin, Commit, Idle, Item, Rows, Statement
+from gate.capture.translate import Change, Translator
 from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, ResumeState, connect, q, store_settings, write_resume
 from gate.common.errors import FailoverError, GateError
-from gate.capture.reader import Begin, Commit, Idle, Item, Rows, Statement
-from gate.capture.translate import Change, Translator
 
 log = logging.getLogger(__name__)
 

@@ -22,28 +22,45 @@ import pymysql
 
 from gate.capture import xa
 from gate.capture.checkpoint import Checkpointer
-from gate.common.config import ServerConfig
-from gate.common.dc import ChannelSettings, ResumeState, connect, q, read_resume, read_settings, write_resume
 from gate.capture.ddl import ColumnDescriber
 from gate.capture.decoder import DecoderPool
-from gate.common.errors import ConnectionFailed, DrainAbandoned, GateError
 from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
-from gate.capture.reader import (Begin, BinlogReader, Commit, Idle, Item, Position, Rows, SourceDown, Statement,
-                         current_position)
 from gate.capture.ordering import Ordering
+from gate.capture.reader import (
+    Begin,
+    BinlogReader,
+    Commit,
+    Idle,
+    Item,
+    Position,
+    Rows,
+    SourceDown,
+    Statement,
+    current_position,
+)
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool
+from gate.common.config import ServerConfig
+from gate.common.dc import (
+    ChannelSettings,
+    ResumeState,
+    connect,
+    q,
+    read_resume,
+    read_settings,
+    remove_above_checkpoint,
+    take_lock,
+    write_resume,
+)
+from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError
+from gate.common.retry import backoff
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10.0
 FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
 T = TypeVar("T")
-
-
-class ChannelBusy(GateError):
-    """Another gate process is running the channel."""
 
 
 @dataclass
@@ -81,7 +98,7 @@ def describe_columns(server: ServerConfig, retry_for: float, stopping: threading
                     ) from exc
                 log.warning("source %s unreachable while reading the columns of %s.%s (%s); retrying",
                             server.address, db, table, exc)
-                time.sleep(min(2.0, 0.1 * 2 ** min(5, int(now - failing_since))))
+                time.sleep(backoff(int(now - failing_since)))
 
     return describe
 
@@ -138,15 +155,10 @@ class Pipeline:
 
     # --- DC control connection: holds the channel lock and writes checkpoints -------------------
 
-    def _lock_name(self) -> str:
-        return f"gate:{self.channel}"
-
     def _open_ctl(self) -> pymysql.Connection:
         conn = connect(self.dc, "DC", self.channel)
-        with conn.cursor() as cur:
-            cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (self._lock_name(), self._lock_name()))
-            got, holder = cur.fetchone()
-        if got != 1:
+        holder = take_lock(conn, self.channel)
+        if holder is not None:
             conn.close()
             raise ChannelBusy(
                 f"Channel '{self.channel}' is already being run by another gate process (DC connection "
@@ -184,12 +196,9 @@ class Pipeline:
             self._store(state)
             log.info("channel %s had no start position; starting at the source's current one, %s",
                      self.channel, now.describe())
-        removed = 0
         with conn.cursor() as cur:
             xa.ensure_table(cur)
-            while cur.execute(f"DELETE FROM {q(self.channel)}.transfer_data WHERE id > %s ORDER BY id LIMIT 20000",
-                              (state.id,)):
-                removed += cur.rowcount
+            removed = remove_above_checkpoint(cur, self.channel, state.id)
         if removed:
             log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
         return state

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
@@ -32,10 +32,11 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from gate.capture.values import fix_library_charsets
 from gate.common.config import ServerConfig
 from gate.common.dc import describe_position
 from gate.common.errors import ConnectionFailed, PositionPurged, StreamLost, UnsupportedEvent
-from gate.capture.values import fix_library_charsets
+from gate.common.retry import backoff, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,6 @@ ROW_EVENTS = {WriteRowsEvent: "INSERT", UpdateRowsEvent: "UPDATE", DeleteRowsEve
 _TXN_CONTROL = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA END")
 _XA_STATEMENT = re.compile(r"XA\s+(START|BEGIN|COMMIT|ROLLBACK)\s+X'([0-9A-Fa-f]*)',X'([0-9A-Fa-f]*)',(\d+)\s*$", re.I)
 _FL_GROUP_COMMIT_ID, _FL_PREPARED_XA = 0x02, 0x40  # MariaDB GTID event flags
-_RETRYABLE = {2002, 2003, 2006, 2013, 2055, 1053, 1927}  # unreachable, gone away, lost, shutdown, killed
 
 
 @dataclass(frozen=True)
@@ -263,8 +263,7 @@ class BinlogReader:
                     if self._stopped:
                         break
             except (StreamLost, pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as exc:
-                code = exc.args[0] if exc.args else None
-                if isinstance(exc, pymysql.err.OperationalError) and code not in _RETRYABLE:
+                if isinstance(exc, pymysql.err.OperationalError) and not is_transient(exc):
                     raise _fatal(self.server, self.boundary, exc) from None
                 now = time.monotonic()
                 failing_since = failing_since or now
@@ -275,7 +274,7 @@ class BinlogReader:
                     ) from exc
                 log.warning("binlog connection to %s lost (%s); reconnecting from %s",
                             self.server.address, exc, self.boundary.describe())
-                time.sleep(min(2.0, 0.1 * 2 ** min(5, int(now - failing_since))))
+                time.sleep(backoff(int(now - failing_since)))
             finally:
                 self._stream.close()
 

@@ -16,9 +16,9 @@ from functools import partial
 from typing import Any, NoReturn
 
 from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
-from gate.common.errors import GateError
 from gate.capture.reader import Rows, Statement
 from gate.capture.values import BinaryFormat, ImageRenderer
+from gate.common.errors import GateError
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import pymysql
 
+from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, q
 from gate.common.errors import ConnectionFailed, DrainAbandoned, GateError, RowTooLarge
 from gate.common.process import die_with_multiprocessing_parent, name_process
-from gate.capture.sequencer import DCRow
+from gate.common.retry import backoff, is_transient
 
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
           "VALUES ")
@@ -214,8 +215,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
                 conn = None  # only a new session sees a raised max_allowed_packet
                 time.sleep(STUCK_RETRY)
             except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionFailed, OSError) as exc:
-                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-                if code is not None and code < 2000 and code not in (1053, 1205, 1213, 1927):
+                if not is_transient(exc):
                     outbox.put(("failed", f"DC rejected {span}: {exc}"))
                     return
                 attempt += 1
@@ -226,7 +226,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
                     outbox.put(("log", logging.WARNING, f"a writer has been retrying {span} on the DC server "
                                 f"{server.address} for {now - failing_since:.0f} s: {exc}"))
                     report_at = now + REPORT_EVERY
-                time.sleep(min(2.0, 0.05 * 2 ** min(attempt, 6)))
+                time.sleep(backoff(attempt, base=0.05))
             except pymysql.err.Error as exc:
                 outbox.put(("failed", f"DC rejected {span}: {exc}"))
                 return

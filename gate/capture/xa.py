@@ -11,8 +11,8 @@ from __future__ import annotations
 import pymysql
 
 import dc_schema
-from gate.common.dc import q
 from gate.capture.translate import Change
+from gate.common.dc import q
 
 TABLE = "gate_xa_pending"
 

@@ -16,6 +16,7 @@ import pymysql
 import dc_schema
 from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier
 from gate.common.errors import ChannelExists, ChannelNotFound, ConnectionFailed, GateError, SchemaVersionError
+from gate.common.retry import UNREACHABLE
 
 GATE_VERSION = "0.1.0"
 CHANNEL_COMMENT = "gate channel"  # the comment of every channel database gate creates
@@ -37,7 +38,7 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
             ) from None
         if code == 1049:
             raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
-        if code in (2003, 2005, 2006, 2013):
+        if code in UNREACHABLE:
             raise ConnectionFailed(
                 f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "
                 f"Check that it is running and that host and port are right."
@@ -323,3 +324,45 @@ def drop_channel(conn: pymysql.Connection, name: str) -> None:
         schema_version(conn, name)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE {q(name)}")
+
+
+# --- the channel's lock, start position and rows above the checkpoint ----------------------------
+
+def lock_name(channel: str) -> str:
+    """The named lock (GET_LOCK) that a gate running ``channel`` holds on its DC connection."""
+    return f"gate:{channel}"
+
+
+def take_lock(conn: pymysql.Connection, channel: str) -> int | None:
+    """Take the channel's lock on ``conn`` if no one holds it: None when taken, else the DC connection
+    id of its holder. A gate holds it while it runs the channel; commands that must not run under a
+    gate (drop, switch) hold it while they work."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (lock_name(channel),) * 2)
+        got, holder = cur.fetchone()
+    return None if got == 1 else int(holder or 0)
+
+
+def lock_holder(conn: pymysql.Connection, channel: str) -> int | None:
+    """The DC connection id of the gate running ``channel``, None if none runs it."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(channel),))
+        holder = cur.fetchone()[0]
+    return None if holder is None else int(holder)
+
+
+def write_start_position(cur: pymysql.cursors.Cursor, channel: str, log_file: str | None, log_pos: int | None,
+                         gtid_pos: str | None, instance_name: str) -> None:
+    """Where the next ``gate run`` starts reading ``instance_name``'s binlog; the checkpoint's id and tid stay."""
+    cur.execute(f"UPDATE {q(channel)}.gate_resume SET log_file = %s, log_pos = %s, gtid_pos = %s, instance_name = %s",
+                (log_file, log_pos, gtid_pos, instance_name))
+
+
+def remove_above_checkpoint(cur: pymysql.cursors.Cursor, channel: str, checkpoint_id: int, batch: int = 20000) -> int:
+    """Delete the rows above the checkpoint (an interrupted run's, rewritten by the next one) in batches
+    of ``batch`` rows, so that no single statement holds many locks; returns how many went."""
+    removed = 0
+    while cur.execute(f"DELETE FROM {q(channel)}.transfer_data WHERE id > %s ORDER BY id LIMIT %s",
+                      (checkpoint_id, batch)):
+        removed += cur.rowcount
+    return removed

@@ -85,3 +85,7 @@ class RowTooLarge(GateError):
 
 class UnsupportedEvent(GateError):
     """The binlog holds an event gate cannot translate without guessing; it stops instead of skipping it."""
+
+
+class ChannelBusy(GateError):
+    """Another gate process is running the channel."""

@@ -42,6 +42,7 @@ import pymysql
 from gate.common.config import ServerConfig, check_identifier
 from gate.common.dc import connect
 from gate.common.errors import InvalidValue
+from gate.common.retry import UNREACHABLE, error_code
 
 DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
 OPTYPES = DML_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
@@ -99,7 +100,6 @@ def _image(cells: list[dict[str, str | None]] | None) -> Image | None:
     return None if cells is None else {name: value for cell in cells for name, value in cell.items()}
 
 
-_CONNECTION_LOST = (2006, 2013)  # server has gone away, lost connection during query
 _COLUMNS = "id, tid, dbname, tablename, create_time, instance_name, optype, data"
 
 
@@ -153,7 +153,7 @@ class Consumer:
         try:
             return self._run(sql, tuple(args))
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-            if isinstance(exc, pymysql.err.OperationalError) and exc.args[0] not in _CONNECTION_LOST:
+            if isinstance(exc, pymysql.err.OperationalError) and error_code(exc) not in UNREACHABLE:
                 raise
             self._conn.connect()
             return self._run(sql, tuple(args))

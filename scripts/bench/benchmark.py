@@ -35,17 +35,6 @@ from typing import Any
 
 import psutil
 import pymysql
-from gate.common.config import ChannelDefaults, Secret, ServerConfig
-from gate.common.dc import ChannelSettings, connect, create_channel
-from gate.devtools.sandbox import MariaDBServer, Sandbox
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import XidEvent
-from pymysqlreplication.row_event import (
-    DeleteRowsEvent,
-    UpdateRowsEvent,
-    WriteRowsEvent,
-)
-
 from monitors import (  # beside this script: python puts its folder first on sys.path
     CheckpointPoller,
     Position,
@@ -56,6 +45,13 @@ from monitors import (  # beside this script: python puts its folder first on sy
     mariadbd_cpu,
     percentile,
     wait_quiet,
+)
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import XidEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
 )
 from report import report
 from workloads import (
@@ -69,6 +65,10 @@ from workloads import (
     load_inserts,
     load_mixed,
 )
+
+from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.devtools.sandbox import MariaDBServer, Sandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
 RUNNER = BENCH_DIR / "gate_runner.py"

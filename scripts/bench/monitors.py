@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+
 from gate.devtools.sandbox import MariaDBServer
 
 Position = tuple[str, int]  # binlog file and position

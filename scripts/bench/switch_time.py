@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pymysql
+
 from gate.capture.pipeline import Pipeline
 from gate.capture.reader import current_position
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
