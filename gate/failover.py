@@ -8,8 +8,8 @@ newest sample older than the last checkpointed transaction's source time minus
 resume position at that sample and a *dedupe marker*. From that position :func:`without_held` drops
 every transaction the DC already holds, asking :class:`Deduper`: by GTID (the standby's binlog keeps
 the origin GTIDs) or by a fingerprint of origin server_id, source timestamp and row images. The
-marker is cleared by the first checkpoint that follows a transaction new to the DC, so a crash
-anywhere in the switch repeats the same steps.
+marker is cleared by the first checkpoint after the dropping has ended, so a crash anywhere in the
+switch repeats the same steps.
 """
 
 from __future__ import annotations
@@ -293,10 +293,13 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
 
     Dropping ends at the first transaction new to the DC, or at the first heartbeat between
     transactions (the standby has sent all it has; the switch waited for it to apply its relay log).
-    Then the DC transactions the standby never had are reported as a divergence.
+    Then the DC transactions the standby never had are reported as a divergence, and the Commit of the
+    last dropped transaction is passed on alone: a transaction without changes takes no id or tid, but
+    its end is checkpointed, so the resume position leaves the sample's (and lag is measured from there).
     """
     skipped = 0
     buffered: list[Item] = []
+    last_dropped: Commit | None = None
     for item in items:
         if type(item) is Idle:
             if buffered:
@@ -320,6 +323,7 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
         if changes and not deduper.held(gtid, server_id, first_time, changes):
             break
         skipped += 1
+        last_dropped = item
         buffered = []
     else:
         return  # stopped while dropping: the next run repeats it from the same marker
@@ -328,5 +332,7 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
     lost = deduper.lost()
     if lost:
         report_divergence(settings, f"{len(lost)} transactions the standby never received (tids {lost[0]}..{lost[-1]})")
+    if last_dropped is not None:
+        yield last_dropped
     yield from buffered
     yield from items

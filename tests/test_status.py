@@ -7,6 +7,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from click.testing import Result
@@ -14,7 +15,9 @@ from click.testing import Result
 from gate.config import ChannelDefaults
 from gate.failover import PLANNED
 from gate.sandbox import Sandbox
-from tests.replay import make_channel, running, server_config, wait_caught_up, wait_sampled
+from gate.status import channel_status
+from tests.replay import (dc_rows, make_channel, running, server_config, wait_caught_up, wait_row,
+                          wait_sampled)
 
 Gate = Callable[..., Result]
 FAST = ChannelDefaults(standby_sample_seconds=0.3, failover_margin_seconds=1.0)
@@ -117,3 +120,41 @@ def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, u
     assert stopped["lag_seconds"] >= 2
     assert re.search(rf"\ncheckpoint_id +{stopped['checkpoint_id']}\n", text)
     assert re.search(r"\nlag_seconds +\d+\.\d+\n", text) and "\nstate " in text and " stopped\n" in text
+
+
+def test_lag_is_zero_after_a_failover_to_an_idle_standby(make_sandbox: Callable[..., Sandbox]) -> None:
+    """The standby repeats transactions the DC holds from the sample on; once gate has dropped them and the
+    standby has nothing more, gate is at its end: lag 0, resume position = SHOW MASTER STATUS, and the next
+    transaction takes the next tid."""
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    defaults = replace(FAST, failover_after_seconds=2.0)
+    dc = make_channel(box.dc, box.source, "idle", standby=server_config(box.standby), defaults=defaults)
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE d")
+        cur.execute("CREATE TABLE d.t (id INT PRIMARY KEY)")  # id 1, tid 1
+        with running(dc, "idle"):
+            wait_sampled(box.dc, "idle")
+            for n in range(10):  # ids and tids 2..11, read again from the standby after the switch
+                cur.execute(f"INSERT INTO d.t VALUES ({n})")
+                time.sleep(0.2)
+            box.wait_standby_caught_up()
+            wait_caught_up(box.source, box.dc, "idle")
+            box.source.kill()
+            wait_row(box.dc, "idle", "SELECT 1 FROM gate_switch", timeout=30)
+            time.sleep(3.0)  # the standby stays idle: its clock moves on
+            with box.standby.connect() as sconn, sconn.cursor() as scur:
+                scur.execute("SHOW MASTER STATUS")
+                file, pos = scur.fetchone()[:2]
+            status = channel_status(dc, "idle", sample_seconds=0)
+            assert (status.source, status.checkpoint_id, status.checkpoint_tid) == (box.standby.address, 11, 11)
+            assert status.source_position == status.resume_position == f"{file}:{pos}"
+            assert status.lag_seconds == 0.0
+            with box.standby.connect() as sconn, sconn.cursor() as scur:
+                scur.execute("INSERT INTO d.t VALUES (100)")
+            wait_caught_up(box.standby, box.dc, "idle")
+    rows = dc_rows(box.dc, "idle")
+    assert [(r[0], r[1]) for r in rows] == [(n, n) for n in range(1, 13)]
+    assert [(r[5], json.loads(r[7])) for r in rows[1:]] == [
+        (box.source.address, {"NEW": [{"id": str(n)}]}) for n in range(10)] + [
+        (box.standby.address, {"NEW": [{"id": "100"}]})]
