@@ -114,9 +114,7 @@ def _never_received(held: dict[str, list[int]], standby_state: dict[tuple[str, i
     for domain, (server_id, seq) in sorted(held.items()):
         have = standby_state.get((domain, server_id), 0)
         if have < seq:
-            lost.append(f"{domain}-{server_id}-{have + 1}..{domain}-{server_id}-{seq}" if have else
-                        f"{domain}-{server_id}-{seq} and before (the standby has no GTID of server {server_id} "
-                        f"in domain {domain})")
+            lost.append(f"{domain}-{server_id}-{have + 1}..{domain}-{server_id}-{seq}")
     return lost
 
 
