@@ -158,3 +158,28 @@ def test_lag_is_zero_after_a_failover_to_an_idle_standby(make_sandbox: Callable[
     assert [(r[5], json.loads(r[7])) for r in rows[1:]] == [
         (box.source.address, {"NEW": [{"id": str(n)}]}) for n in range(10)] + [
         (box.standby.address, {"NEW": [{"id": "100"}]})]
+
+
+def test_lag_is_zero_when_only_a_binlog_rotation_follows_the_checkpoint(
+        gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
+    """FLUSH BINARY LOGS moves the source's end to a new file without a transaction gate could checkpoint:
+    gate is still at the end (lag 0); a transaction after the rotation makes it behind again."""
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        with running(dc, unique_name):
+            cur.execute(f"CREATE DATABASE {db}")
+            cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+            caught_up = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+            cur.execute("FLUSH BINARY LOGS")
+            time.sleep(2.2)
+            rotated_to, _ = _source_now(sandbox)
+            rotated = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+        cur.execute(f"INSERT INTO {db}.t VALUES (1)")  # gate is stopped: it does not read it
+        behind = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+    assert caught_up["lag_seconds"] == 0.0
+    assert caught_up["resume_position"] == rotated["resume_position"] == behind["resume_position"]
+    assert rotated["source_position"] == rotated_to != rotated["resume_position"]
+    assert rotated["lag_seconds"] == 0.0
+    assert behind["source_position"] != rotated_to and behind["lag_seconds"] >= 2
