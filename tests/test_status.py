@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import pytest
 from click.testing import Result
 
 from gate.config import ChannelDefaults
@@ -122,14 +123,16 @@ def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, u
     assert re.search(r"\nlag_seconds +\d+\.\d+\n", text) and "\nstate " in text and " stopped\n" in text
 
 
-def test_lag_is_zero_after_a_failover_to_an_idle_standby(make_sandbox: Callable[..., Sandbox]) -> None:
+@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
+def test_lag_is_zero_after_a_failover_to_an_idle_standby(make_sandbox: Callable[..., Sandbox], mode: str) -> None:
     """The standby repeats transactions the DC holds from the sample on; once gate has dropped them and the
     standby has nothing more, gate is at its end: lag 0, resume position = SHOW MASTER STATUS, and the next
     transaction takes the next tid."""
     box = make_sandbox(with_standby=True)
     assert box.standby is not None
     defaults = replace(FAST, failover_after_seconds=2.0)
-    dc = make_channel(box.dc, box.source, "idle", standby=server_config(box.standby), defaults=defaults)
+    dc = make_channel(box.dc, box.source, "idle", standby=server_config(box.standby), failover_mode=mode,
+                      defaults=defaults)
     with box.source.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE d")
         cur.execute("CREATE TABLE d.t (id INT PRIMARY KEY)")  # id 1, tid 1
