@@ -22,7 +22,7 @@ from click.testing import Result
 from gate.admin.channel import set_failover
 from gate.admin.preflight import Problem, check_server, require_channel
 from gate.capture import failover
-from gate.capture.failover import MARKER, PLANNED, _gtid_seqs, plan_switch, read_marker
+from gate.capture.failover import MARKER, PLANNED, parse_gtids, plan_switch, read_marker
 from gate.capture.pipeline import Pipeline
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, read_resume, read_settings
@@ -131,9 +131,10 @@ def test_source_killed_under_load_switches_to_standby_exactly_once(
     assert rows[-1][5] == box.standby.address and rows[0][5] == box.source.address
 
 
-def _lose_five(box: Sandbox, channel: str, mode: str) -> tuple[ServerConfig, FailoverError]:
-    """20 inserts reach the standby, 5 more only the DC (replication stopped), then the source dies; gate
-    stops with the divergence. Returns the DC and the error."""
+def _lose_five(box: Sandbox, channel: str, mode: str,
+               before_kill: Callable[[], None] = lambda: None) -> tuple[ServerConfig, FailoverError]:
+    """20 inserts reach the standby, 5 more only the DC (replication stopped), ``before_kill`` runs, then the
+    source dies; gate stops with the divergence. Returns the DC and the error."""
     assert box.standby is not None
     dc = make_channel(box.dc, box.source, channel, standby=server_config(box.standby), failover_mode=mode,
                       defaults=FAST)
@@ -151,6 +152,7 @@ def _lose_five(box: Sandbox, channel: str, mode: str) -> tuple[ServerConfig, Fai
             for n in range(20, 25):
                 cur.execute(f"INSERT INTO d.t VALUES ({n})")
             wait_caught_up(box.source, box.dc, channel)
+            before_kill()
             box.source.kill()
             time.sleep(FAST.failover_after_seconds + 5)
     return dc, err.value
@@ -160,7 +162,7 @@ def test_lost_transactions_are_reported_and_stop_the_switch(make_sandbox: Callab
     box = make_sandbox(with_standby=True)
     _, err = _lose_five(box, "div", "gtid")
     assert "DIVERGENCE on channel 'div': the DC holds GTIDs the standby never received" in str(err)
-    assert "domain 0: seq 23..27" in str(err)
+    assert "(0-1-23..0-1-27)" in str(err)
     assert _switches(box, "div") == []
 
 
@@ -171,7 +173,7 @@ def test_gtid_divergence_is_reported_even_without_a_standby_sample(sandbox: Sand
     sandbox.wait_standby_caught_up()
     with connect(dc, "DC") as conn:
         settings, state = read_settings(conn, unique_name), read_resume(conn, unique_name)
-        standby_seq = _gtid_seqs(state.gtid_pos).get("0", 0)
+        standby_seq = parse_gtids(state.gtid_pos).get(("0", 1), 0)
         ahead = replace(state, gtid_pos=f"0-1-{standby_seq + 3}", event_time=int(time.time()))
         with pytest.raises(FailoverError) as err:
             plan_switch(conn, settings, ahead, 1, "test")
@@ -180,7 +182,7 @@ def test_gtid_divergence_is_reported_even_without_a_standby_sample(sandbox: Sand
             assert cur.fetchone() == (0,)
         assert read_settings(conn, unique_name).source == settings.source  # not switched
     assert (f"DIVERGENCE on channel '{unique_name}': the DC holds GTIDs the standby never received "
-            f"(domain 0: seq {standby_seq + 1}..{standby_seq + 3})") in str(err.value)
+            f"(0-1-{standby_seq + 1}..0-1-{standby_seq + 3})") in str(err.value)
     assert _switches(sandbox, unique_name) == []
 
 
@@ -204,6 +206,67 @@ def test_lost_transactions_in_fingerprint_mode_are_reported_then_accepted(
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     assert [r[1] for r in rows[-6:]] == lost + [lost[-1] + 1]
     assert rows[-1][5] == box.standby.address and json.loads(rows[-1][7]) == {"NEW": [{"id": "100"}]}
+
+
+# The promoted standby's own transactions: an ALTER TABLE among the first five, so that a GTID compared by
+# sequence number alone (the DC holds five of the old source's beyond the standby's last) drops it.
+STANDBY_WRITES = ("INSERT INTO d.t VALUES (100)", "INSERT INTO d.t VALUES (101)", "ALTER TABLE d.t ADD COLUMN c INT",
+                  "INSERT INTO d.t VALUES (102, 2)", "INSERT INTO d.t VALUES (103, 3)",
+                  "INSERT INTO d.t VALUES (104, 4)", "INSERT INTO d.t VALUES (105, 5)")
+
+
+@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
+@pytest.mark.parametrize("when", ["before the switch", "after the switch"])
+def test_standby_writes_after_a_divergence_are_all_kept(make_sandbox: Callable[..., Sandbox],
+                                                        caplog: pytest.LogCaptureFixture, mode: str, when: str) -> None:
+    """The DC holds five transactions the standby never received. The standby, promoted, writes seven of its
+    own, which MariaDB numbers on from its last applied sequence number with its own server_id: the first
+    five have the sequence numbers of the five lost ones. They are written before gate switches (the
+    application moved first), or after gate has stopped at the divergence. gate reports the divergence
+    each time and, once the DBA accepts it, writes all seven, after the five lost ones, exactly once."""
+    box = make_sandbox(with_standby=True)
+    standby = box.standby
+    assert standby is not None
+    channel = f"{mode[0]}{when[0]}"
+
+    def write_on_standby() -> None:
+        for sql in STANDBY_WRITES:
+            _write_on(standby, sql)
+
+    dc, err = _lose_five(box, channel, mode, write_on_standby if when.startswith("before") else lambda: None)
+    if when.startswith("after"):
+        write_on_standby()
+    with standby.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_state")
+        state = parse_gtids(cur.fetchone()[0])
+    received = state["0", 1]  # the standby's last transaction of the source; its own are 0-2-...
+    assert state == {("0", 1): received, ("0", 2): received + len(STANDBY_WRITES)}
+    tids = sorted({r[1] for r in dc_rows(box.dc, channel)})
+    gtid_report = (f"DIVERGENCE on channel '{channel}': the DC holds GTIDs the standby never received "
+                   f"(0-1-{received + 1}..0-1-{received + 5}).")
+    fingerprint_report = (f"DIVERGENCE on channel '{channel}': the DC holds 5 transactions the standby never "
+                          f"received (tids {tids[-5]}..{tids[-1]}).")
+    report = gtid_report if mode == "gtid" else fingerprint_report
+    assert str(err).startswith(report)
+    switched = [(box.source.address, standby.address)]
+    assert _switches(box, channel) == ([] if mode == "gtid" else switched)  # gtid mode stops before switching
+    caplog.clear()
+    set_failover(dc, channel, on_divergence="continue")
+    with running(dc, channel):
+        _wait_switch(box, channel, timeout=FAST.failover_after_seconds + 10)
+        wait_caught_up(standby, box.dc, channel)
+    assert [r.getMessage() for r in caplog.records if "DIVERGENCE" in r.getMessage()] == [
+        report + " Those changes were lost by asynchronous replication and exist only in the DC."]
+    assert _switches(box, channel) == switched
+    rows = dc_rows(box.dc, channel)
+    assert [(r[0], r[1]) for r in rows] == [(n, n) for n in range(1, 34)]  # one row per transaction
+    assert (rows[0][5], rows[0][6]) == (box.source.address, "CREATETABLE")
+    assert [(r[5], r[6], json.loads(r[7])) for r in rows[1:]] == [
+        (box.source.address, "INSERT", {"NEW": [{"id": str(n)}]}) for n in range(25)] + [
+        (standby.address, "INSERT", {"NEW": [{"id": "100"}]}), (standby.address, "INSERT", {"NEW": [{"id": "101"}]}),
+        (standby.address, "ALTERTABLE", {"ADDCOLUMN": [{"field_name": "c", "data_type": "int"}],
+                                          "SQL": STANDBY_WRITES[2]})] + [
+        (standby.address, "INSERT", {"NEW": [{"id": str(n)}, {"c": str(n - 100)}]}) for n in range(102, 106)]
 
 
 @pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
@@ -300,14 +363,14 @@ def test_standby_lagging_at_the_switch(make_sandbox: Callable[..., Sandbox],
             cur.execute("SHOW SLAVE STATUS")
             status = cur.fetchone()
             cur.execute("SELECT @@gtid_binlog_pos AS pos")
-            applied = _gtid_seqs(cur.fetchone()["pos"])["0"]
+            applied = parse_gtids(cur.fetchone()["pos"])["0", 1]
         assert ((status["Relay_Master_Log_File"], status["Exec_Master_Log_Pos"])
                 < (status["Master_Log_File"], status["Read_Master_Log_Pos"])), status
-        received = _gtid_seqs(status["Gtid_IO_Pos"])["0"]
-        assert applied == _gtid_seqs(frozen_gtid)["0"]
+        received = parse_gtids(status["Gtid_IO_Pos"])["0", 1]
+        assert applied == parse_gtids(frozen_gtid)["0", 1]
         with box.dc.connect("lag") as conn, conn.cursor() as cur:
             cur.execute("SELECT gtid_pos FROM gate_resume")
-            checkpointed = _gtid_seqs(cur.fetchone()[0])["0"]
+            checkpointed = parse_gtids(cur.fetchone()[0])["0", 1]
         # the DC holds well over a second of transactions the standby has received but not applied
         assert applied + 30 < checkpointed <= received, (applied, checkpointed, received)
         _write_on(box.standby, "START SLAVE SQL_THREAD")
@@ -557,7 +620,7 @@ def test_gate_run_checks_the_standby(sandbox: Sandbox, unique_name: str) -> None
         require_channel(ChannelSettings(unique_name, gone, server_id=4242))
 
 
-def test_gtid_positions_per_domain() -> None:
-    assert _gtid_seqs("0-1-100,0-2-5,1-1-7") == {"0": 100, "1": 7}  # a domain can list several servers
-    assert _gtid_seqs("0-2-5, 0-1-100") == {"0": 100}
-    assert _gtid_seqs(None) == {}
+def test_gtid_lists_per_domain_and_server() -> None:
+    assert parse_gtids("0-1-100,0-2-5,1-1-7") == {("0", 1): 100, ("0", 2): 5, ("1", 1): 7}  # a binlog state
+    assert parse_gtids("0-2-5, 0-1-100,0-2-3") == {("0", 2): 5, ("0", 1): 100}
+    assert parse_gtids(None) == {}

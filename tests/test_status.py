@@ -7,14 +7,17 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 
+import pytest
 from click.testing import Result
 
+from gate.admin.status import channel_status
 from gate.capture.failover import PLANNED
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import Sandbox
-from tests.replay import make_channel, running, server_config, wait_caught_up, wait_sampled
+from tests.replay import dc_rows, make_channel, running, server_config, wait_caught_up, wait_row, wait_sampled
 
 Gate = Callable[..., Result]
 FAST = ChannelDefaults(standby_sample_seconds=0.3, failover_margin_seconds=1.0)
@@ -117,3 +120,68 @@ def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, u
     assert stopped["lag_seconds"] >= 2
     assert re.search(rf"\ncheckpoint_id +{stopped['checkpoint_id']}\n", text)
     assert re.search(r"\nlag_seconds +\d+\.\d+\n", text) and "\nstate " in text and " stopped\n" in text
+
+
+@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
+def test_lag_is_zero_after_a_failover_to_an_idle_standby(make_sandbox: Callable[..., Sandbox], mode: str) -> None:
+    """The standby repeats transactions the DC holds from the sample on; once gate has dropped them and the
+    standby has nothing more, gate is at its end: lag 0, resume position = SHOW MASTER STATUS, and the next
+    transaction takes the next tid."""
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    defaults = replace(FAST, failover_after_seconds=2.0)
+    dc = make_channel(box.dc, box.source, "idle", standby=server_config(box.standby), failover_mode=mode,
+                      defaults=defaults)
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE d")
+        cur.execute("CREATE TABLE d.t (id INT PRIMARY KEY)")  # id 1, tid 1
+        with running(dc, "idle"):
+            wait_sampled(box.dc, "idle")
+            for n in range(10):  # ids and tids 2..11, read again from the standby after the switch
+                cur.execute(f"INSERT INTO d.t VALUES ({n})")
+                time.sleep(0.2)
+            box.wait_standby_caught_up()
+            wait_caught_up(box.source, box.dc, "idle")
+            box.source.kill()
+            wait_row(box.dc, "idle", "SELECT 1 FROM gate_switch", timeout=60)  # with up to 30 s for the relay log
+            time.sleep(3.0)  # the standby stays idle: its clock moves on
+            with box.standby.connect() as sconn, sconn.cursor() as scur:
+                scur.execute("SHOW MASTER STATUS")
+                file, pos = scur.fetchone()[:2]
+            status = channel_status(dc, "idle", sample_seconds=0)
+            assert (status.source, status.checkpoint_id, status.checkpoint_tid) == (box.standby.address, 11, 11)
+            assert status.source_position == status.resume_position == f"{file}:{pos}"
+            assert status.lag_seconds == 0.0
+            with box.standby.connect() as sconn, sconn.cursor() as scur:
+                scur.execute("INSERT INTO d.t VALUES (100)")
+            wait_caught_up(box.standby, box.dc, "idle")
+    rows = dc_rows(box.dc, "idle")
+    assert [(r[0], r[1]) for r in rows] == [(n, n) for n in range(1, 13)]
+    assert [(r[5], json.loads(r[7])) for r in rows[1:]] == [
+        (box.source.address, {"NEW": [{"id": str(n)}]}) for n in range(10)] + [
+        (box.standby.address, {"NEW": [{"id": "100"}]})]
+
+
+def test_lag_is_zero_when_only_a_binlog_rotation_follows_the_checkpoint(
+        gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
+    """FLUSH BINARY LOGS moves the source's end to a new file without a transaction gate could checkpoint:
+    gate is still at the end (lag 0); a transaction after the rotation makes it behind again."""
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        with running(dc, unique_name):
+            cur.execute(f"CREATE DATABASE {db}")
+            cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+            caught_up = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+            cur.execute("FLUSH BINARY LOGS")
+            time.sleep(2.2)
+            rotated_to, _ = _source_now(sandbox)
+            rotated = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+        cur.execute(f"INSERT INTO {db}.t VALUES (1)")  # gate is stopped: it does not read it
+        behind = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
+    assert caught_up["lag_seconds"] == 0.0
+    assert caught_up["resume_position"] == rotated["resume_position"] == behind["resume_position"]
+    assert rotated["source_position"] == rotated_to != rotated["resume_position"]
+    assert rotated["lag_seconds"] == 0.0
+    assert behind["source_position"] != rotated_to and behind["lag_seconds"] >= 2

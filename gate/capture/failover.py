@@ -8,8 +8,8 @@ newest sample older than the last checkpointed transaction's source time minus
 resume position at that sample and a *dedupe marker*. From that position :func:`without_held` drops
 every transaction the DC already holds, asking :class:`Deduper`: by GTID (the standby's binlog keeps
 the origin GTIDs) or by a fingerprint of origin server_id, source timestamp and row images. The
-marker is cleared by the first checkpoint that follows a transaction new to the DC, so a crash
-anywhere in the switch repeats the same steps.
+marker is cleared by the first checkpoint after the dropping has ended, so a crash anywhere in the
+switch repeats the same steps.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class DedupeMarker:
     """What the DC held when the switch was planned; stored in gate_meta until the switch completes."""
 
     mode: str  # gtid | fingerprint
-    held_gtids: dict[str, int] = field(default_factory=dict)  # domain -> last seq the DC holds
+    held_gtids: dict[str, list[int]] = field(default_factory=dict)  # domain -> [server_id, seq] of the DC's last GTID
     origin_server_id: int = 0  # the old source's server_id, for fingerprints
     margin: float = 5.0  # fingerprint mode compares DC transactions from a standby one's time - margin
     checkpoint_id: int = 0
@@ -97,13 +97,25 @@ class DedupeMarker:
         return cls(**json.loads(text))
 
 
-def _gtid_seqs(gtid_pos: str | None) -> dict[str, int]:
-    """MariaDB GTID list -> the highest sequence number of each domain (a domain may list several servers)."""
-    seqs: dict[str, int] = {}
-    for gtid in filter(None, (g.strip() for g in (gtid_pos or "").split(","))):
-        domain, _server, seq = gtid.split("-")
-        seqs[domain] = max(seqs.get(domain, 0), int(seq))
+def parse_gtids(gtids: str | None) -> dict[tuple[str, int], int]:
+    """A MariaDB GTID list (a position like '0-1-100,1-1-7' or a binlog state like '0-1-100,0-2-5')
+    -> (domain, server_id) -> the highest sequence number listed."""
+    seqs: dict[tuple[str, int], int] = {}
+    for gtid in filter(None, (g.strip() for g in (gtids or "").split(","))):
+        domain, server_id, seq = gtid.split("-")
+        seqs[domain, int(server_id)] = max(seqs.get((domain, int(server_id)), 0), int(seq))
     return seqs
+
+
+def _never_received(held: dict[str, list[int]], standby_state: dict[tuple[str, int], int]) -> list[str]:
+    """The DC's GTIDs beyond the standby's binlog state: per domain, from the standby's last GTID of the
+    server that wrote the DC's last one (whatever GTIDs of other servers the standby has written since)."""
+    lost = []
+    for domain, (server_id, seq) in sorted(held.items()):
+        have = standby_state.get((domain, server_id), 0)
+        if have < seq:
+            lost.append(f"{domain}-{server_id}-{have + 1}..{domain}-{server_id}-{seq}")
+    return lost
 
 
 def fingerprint(server_id: int, timestamp: int, changes: Sequence[Change]) -> str:
@@ -155,7 +167,8 @@ def catch_up(settings: ChannelSettings, timeout: float) -> int:
 
 
 def _wait_relay_applied(standby: ServerConfig, timeout: float = 30.0) -> str:
-    """Let the standby apply what it has received; returns its final @@gtid_binlog_pos."""
+    """Let the standby apply what it has received; returns its final @@gtid_binlog_state (the last GTID
+    of each domain and server, where @@gtid_binlog_pos has only the last of each domain)."""
     deadline = time.monotonic() + timeout
     with connect(standby, "standby") as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
         while True:
@@ -169,8 +182,8 @@ def _wait_relay_applied(standby: ServerConfig, timeout: float = 30.0) -> str:
                             standby.address, timeout)
                 break
             time.sleep(0.1)
-        cur.execute("SELECT @@gtid_binlog_pos AS pos")
-        return cur.fetchone()["pos"] or ""
+        cur.execute("SELECT @@gtid_binlog_state AS state")
+        return cur.fetchone()["state"] or ""
 
 
 def plan_switch(conn: pymysql.Connection, settings: ChannelSettings, state: ResumeState, origin_server_id: int,
@@ -183,13 +196,11 @@ def plan_switch(conn: pymysql.Connection, settings: ChannelSettings, state: Resu
     is recorded in gate_switch.
     """
     channel, standby = settings.name, _standby(settings)
-    held = _gtid_seqs(state.gtid_pos)
-    standby_gtids = _gtid_seqs(_wait_relay_applied(standby))
+    held = {domain: [server_id, seq] for (domain, server_id), seq in parse_gtids(state.gtid_pos).items()}
+    lost = _never_received(held, parse_gtids(_wait_relay_applied(standby)))
     mode = settings.failover_mode
-    lost = {d: (standby_gtids.get(d, 0), seq) for d, seq in held.items() if seq > standby_gtids.get(d, 0)}
     if mode == "gtid" and lost:  # known from the GTIDs alone: reported before, and whether or not, a sample fits
-        described = ", ".join(f"domain {d}: seq {lo + 1}..{hi}" for d, (lo, hi) in lost.items())
-        report_divergence(settings, f"GTIDs the standby never received ({described})")
+        report_divergence(settings, f"GTIDs the standby never received ({', '.join(lost)})")
     margin = settings.defaults.failover_margin_seconds
     newest_allowed = (state.event_time or 0) - margin
     with conn.cursor() as cur:
@@ -243,11 +254,18 @@ class Deduper:
         self._last = 0  # tid of the last DC transaction matched
 
     def held(self, gtid: str | None, server_id: int, timestamp: int, changes: Sequence[Change]) -> bool:
-        """By GTID in gtid mode; else by fingerprint, against the DC transactions from ``timestamp`` minus
-        the margin on. The standby replays the source's order, so a match must come after the last one."""
+        """By GTID in gtid mode: held when written by the server of the DC's last GTID in its domain, with
+        a sequence number up to that one's (a promoted standby numbers its own transactions on from its
+        last applied one, so a sequence number alone may be one the DC holds from another server). Else by
+        fingerprint, against the DC transactions from ``timestamp`` minus the margin on; the standby replays
+        the source's order, so a match must come after the last one. A transaction with no change for
+        the DC, without a GTID to tell, counts as held: it writes nothing."""
         if self.marker.mode == "gtid" and gtid:
-            domain, _, seq = gtid.split("-")
-            return int(seq) <= self.marker.held_gtids.get(domain, 0)
+            domain, origin, seq = gtid.split("-")
+            last = self.marker.held_gtids.get(domain)
+            return last is not None and int(origin) == last[0] and int(seq) <= last[1]
+        if not changes:
+            return True
         since = timestamp - self.marker.margin
         if self._since is None or since < self._since:
             self._load(since)
@@ -293,10 +311,13 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
 
     Dropping ends at the first transaction new to the DC, or at the first heartbeat between
     transactions (the standby has sent all it has; the switch waited for it to apply its relay log).
-    Then the DC transactions the standby never had are reported as a divergence.
+    Then the DC transactions the standby never had are reported as a divergence, and the Commit of the
+    last dropped transaction is passed on alone: a transaction without changes takes no id or tid, but
+    its end is checkpointed, so the resume position leaves the sample's (and lag is measured from there).
     """
     skipped = 0
     buffered: list[Item] = []
+    last_dropped: Commit | None = None
     for item in items:
         if type(item) is Idle:
             if buffered:
@@ -317,10 +338,10 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
                 changes.extend(translator.statement(part))
         gtid = begin.gtid if type(begin) is Begin else None
         server_id = begin.server_id if type(begin) is Begin else 0
-        xa_step = item.xa is not None and deduper.marker.mode == "gtid" and gtid is not None
-        if (changes or xa_step) and not deduper.held(gtid, server_id, first_time, changes):
-            break  # an XA COMMIT has no changes of its own: only its GTID tells whether the DC has it
+        if not deduper.held(gtid, server_id, first_time, changes):
+            break
         skipped += 1
+        last_dropped = item
         buffered = []
     else:
         return  # stopped while dropping: the next run repeats it from the same marker
@@ -329,5 +350,7 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
     lost = deduper.lost()
     if lost:
         report_divergence(settings, f"{len(lost)} transactions the standby never received (tids {lost[0]}..{lost[-1]})")
+    if last_dropped is not None:
+        yield last_dropped
     yield from buffered
     yield from items

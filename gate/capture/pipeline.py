@@ -242,7 +242,12 @@ class Pipeline:
                     raise
                 log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
                 state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
-                plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
+                try:
+                    plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
+                except GateError:  # e.g. a divergence that stops gate: release the channel's lock with the run
+                    if self._ctl is not None:
+                        self._ctl.close()
+                    raise
 
     def _origin_server_id(self) -> int:
         """The source's server_id as recorded at the last start (fingerprints need it after its death)."""
