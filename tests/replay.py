@@ -18,7 +18,7 @@ import pymysql
 from gate.capture.pipeline import Pipeline
 from gate.capture.reader import current_position
 from gate.common.config import Secret, ServerConfig
-from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.common.dc import ChannelSettings, connect, create_channel, lock_holder, write_start_position
 from gate.devtools.sandbox import MariaDBServer
 
 
@@ -34,8 +34,7 @@ def make_channel(dc: MariaDBServer, source: MariaDBServer, name: str, **settings
                                              **settings))
         pos = current_position(server_config(source))
         with conn.cursor() as cur:
-            cur.execute(f"UPDATE `{name}`.gate_resume SET log_file=%s, log_pos=%s, gtid_pos=%s, instance_name=%s",
-                        (pos.log_file, pos.log_pos, pos.gtid_pos, source.address))
+            write_start_position(cur, name, pos.log_file, pos.log_pos, pos.gtid_pos, source.address)
     return dc_config
 
 
@@ -85,10 +84,9 @@ def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str) -> subprocess.Po
 def wait_running(dc: MariaDBServer, channel: str, gate: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """Until the gate process holds the channel lock (its signal handlers are in place by then)."""
     deadline = time.monotonic() + timeout
-    with dc.connect() as conn, conn.cursor() as cur:
+    with dc.connect() as conn:
         while time.monotonic() < deadline and gate.poll() is None:
-            cur.execute("SELECT IS_USED_LOCK(%s)", (f"gate:{channel}",))
-            if cur.fetchone()[0] is not None:
+            if lock_holder(conn, channel) is not None:
                 return
             time.sleep(0.02)
     raise AssertionError(f"gate did not start running {channel} (exit status {gate.poll()})")

@@ -18,6 +18,7 @@ from click.testing import Result
 
 import dc_schema
 from gate.admin.channel import default_server_id
+from gate.common.dc import lock_name
 from gate.devtools.sandbox import Sandbox, free_port
 from tests.replay import make_channel, start_gate, wait_row, wait_running
 
@@ -277,7 +278,7 @@ def test_drop_while_a_gate_runs_the_channel(gate: Gate, sandbox: Sandbox, unique
     running = start_gate(tmp_path, sandbox.dc, unique_name)
     wait_running(sandbox.dc, unique_name, running)
     wait_row(sandbox.dc, unique_name, "SELECT 1 FROM gate_meta WHERE name = 'source_server_id'")  # its last start-up write
-    [(holder,)] = query(sandbox, "SELECT IS_USED_LOCK(%s)", f"gate:{unique_name}")
+    [(holder,)] = query(sandbox, "SELECT IS_USED_LOCK(%s)", lock_name(unique_name))
     for options in (["--yes"], []):
         refused(gate, sandbox, ["channel", "drop", unique_name, *options], 1,
                 f"Channel '{unique_name}' is running: a gate process holds its lock (DC connection {holder}). Stop "

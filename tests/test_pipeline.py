@@ -14,7 +14,7 @@ from click.testing import Result
 from gate.capture.pipeline import Pipeline, describe_columns
 from gate.capture.reader import SourceDown, current_position
 from gate.common.config import Secret, ServerConfig
-from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.common.dc import ChannelSettings, connect, create_channel, write_start_position
 from gate.common.errors import GateError
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.workload import RandomWorkload
@@ -195,8 +195,7 @@ def test_no_password_in_what_gate_run_logs_or_says(sandbox: Sandbox, unique_name
         create_channel(conn, ChannelSettings(unique_name, source, server_id=4243, allow=(f"{db}.*",)))
         start = current_position(server_config(sandbox.source))
         with conn.cursor() as cur:
-            cur.execute(f"UPDATE `{unique_name}`.gate_resume SET log_file=%s, log_pos=%s, instance_name=%s",
-                        (start.log_file, start.log_pos, sandbox.source.address))
+            write_start_position(cur, unique_name, start.log_file, start.log_pos, None, sandbox.source.address)
     monkeypatch.setenv("GATE_TEST_SOURCE_PW", password)
     caplog.set_level(logging.DEBUG)
     with sandbox.source.connect() as conn, conn.cursor() as cur, running(dc, unique_name):

@@ -12,7 +12,7 @@ import pymysql
 
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
-from gate.common.dc import connect, q, read_resume, read_settings
+from gate.common.dc import connect, lock_holder, q, read_resume, read_settings
 from gate.common.errors import GateError
 
 # What a binlog holds around a rotation (FLUSH BINARY LOGS, a restart, max_binlog_size): no transaction.
@@ -70,8 +70,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         settings = read_settings(conn, channel)
         first = read_resume(conn, channel)
         started = time.monotonic()
-        cur.execute("SELECT IS_USED_LOCK(%s)", (f"gate:{channel}",))
-        running = cur.fetchone()[0] is not None
+        running = lock_holder(conn, channel) is not None
         if sample_seconds > 0 and running:
             time.sleep(sample_seconds)
         state = read_resume(conn, channel)

@@ -67,7 +67,7 @@ from workloads import (
 )
 
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
-from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.common.dc import ChannelSettings, connect, create_channel, write_start_position
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -138,8 +138,7 @@ def new_channel(dc: MariaDBServer, source: MariaDBServer, name: str, start: Posi
                                              defaults=defaults))
         if start is not None:
             with conn.cursor() as cur:
-                cur.execute(f"UPDATE `{name}`.gate_resume SET log_file=%s, log_pos=%s, instance_name=%s",
-                            (start[0], start[1], source.address))
+                write_start_position(cur, name, start[0], start[1], None, source.address)
 
 
 def dc_checksum(dc: MariaDBServer, name: str) -> str:
