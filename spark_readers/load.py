@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 from gate.common.config import load_config
-from gate.common.errors import GateError
+from gate.common.errors import GateError, LoadError
 from gate.consume.client import Consumer, Cursor
 from spark_readers.incremental import parse, read_increment
 from spark_readers.session import ChannelSource, spark_job
@@ -52,10 +52,6 @@ log = logging.getLogger(__name__)
 CURSOR_FILE = "_gate_cursor.json"
 PARTITIONS = ("dbname", "tablename", "date")
 _INCREMENT = re.compile(r"^increment=(\d+)-(\d+)$")
-
-
-class LoadError(GateError):
-    """The output directory does not fit the channel or has been tampered with."""
 
 
 @dataclass(frozen=True)

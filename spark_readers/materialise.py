@@ -40,7 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
-from gate.common.errors import GateError, InvalidValue
+from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from gate.consume.client import DML_OPTYPES
 from spark_readers.load import OutputDir, read_increments
 from spark_readers.session import spark_job
@@ -76,10 +76,6 @@ class _Table:
     @property
     def name(self) -> str:
         return ".".join(self.epochs[-1].name)
-
-
-class MaterialiseError(GateError):
-    """The output directory is not one materialise may replace."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, statement_kind
 from gate.capture.reader import Statement
-from gate.capture.translate import StatementFormatChange, TableFilter, Translator
+from gate.capture.translate import TableFilter, Translator
+from gate.common.errors import StatementFormatChange
 
 
 def col(name: str, data_type: str, nullable: str = "Yes", primary_key: str = "No") -> dict[str, str]:

@@ -7,9 +7,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gate.capture.decoder import DecoderFailed, DecoderPool, Job, StreamFormat
+from gate.capture.decoder import DecoderPool, Job, StreamFormat
 from gate.capture.reader import BinlogReader, Commit, Idle, Rows, current_position
 from gate.capture.translate import TableFilter, Translator
+from gate.common.errors import DecoderFailed
 from gate.devtools.sandbox import Sandbox
 from tests.replay import server_config
 

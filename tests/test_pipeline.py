@@ -12,10 +12,10 @@ import pytest
 from click.testing import Result
 
 from gate.capture.pipeline import Pipeline, describe_columns
-from gate.capture.reader import SourceDown, current_position
+from gate.capture.reader import current_position
 from gate.common.config import Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel, write_start_position
-from gate.common.errors import GateError
+from gate.common.errors import GateError, SourceDown
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.workload import RandomWorkload
 from tests.replay import (

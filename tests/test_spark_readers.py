@@ -16,10 +16,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from gate.common.config import ServerConfig
+from gate.common.errors import LoadError, MaterialiseError
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import TABLE_DDL, RandomWorkload
-from spark_readers.load import CURSOR_FILE, Increment, LoadError, OutputDir, load, read_increments
-from spark_readers.materialise import MaterialiseError, column_default, materialise
+from spark_readers.load import CURSOR_FILE, Increment, OutputDir, load, read_increments
+from spark_readers.materialise import column_default, materialise
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource, spark_session
 from tests.replay import make_channel, running, wait_caught_up

@@ -26,15 +26,11 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from gate.capture.reader import Rows
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.values import BinaryFormat, fix_library_charsets
-from gate.common.errors import GateError
+from gate.common.errors import DecoderFailed
 from gate.common.process import die_with_multiprocessing_parent, name_process
 
 _CTX = mp.get_context("spawn")
 _ROW_EVENTS = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
-
-
-class DecoderFailed(GateError):
-    """A decoder process died or could not decode a row event."""
 
 
 @dataclass(frozen=True)

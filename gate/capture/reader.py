@@ -35,7 +35,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from gate.capture.values import fix_library_charsets
 from gate.common.config import ServerConfig
 from gate.common.dc import describe_position
-from gate.common.errors import ConnectionFailed, PositionPurged, StreamLost, UnsupportedEvent
+from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
 from gate.common.retry import backoff, is_transient
 
 log = logging.getLogger(__name__)
@@ -108,10 +108,6 @@ class Idle:
 
 
 Item = Begin | Rows | Statement | Commit | Idle
-
-
-class SourceDown(StreamLost):
-    """The source stayed unreachable for the reader's whole ``retry_for``: time to fail over."""
 
 
 class _OwnedStream(BinLogStreamReader):

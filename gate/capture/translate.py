@@ -18,21 +18,13 @@ from typing import Any, NoReturn
 from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
 from gate.capture.reader import Rows, Statement
 from gate.capture.values import BinaryFormat, ImageRenderer
-from gate.common.errors import GateError
+from gate.common.errors import PartialRowImage, StatementFormatChange
 
 log = logging.getLogger(__name__)
 
 Change = tuple[str, str, str, str]  # dbname, tablename, optype, data (JSON text)
 
 dumps = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
-
-
-class StatementFormatChange(GateError):
-    """A captured table was changed by a statement logged as text (binlog_format STATEMENT or MIXED)."""
-
-
-class PartialRowImage(GateError):
-    """A row event of a captured table lacks columns (binlog_row_image MINIMAL or NOBLOB)."""
 
 
 _MOVE_ON = ("The change itself cannot be captured from this binlog: copy the table's current rows to the "

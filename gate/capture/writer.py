@@ -26,7 +26,7 @@ import pymysql
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, q
-from gate.common.errors import ConnectionFailed, DrainAbandoned, GateError, RowTooLarge
+from gate.common.errors import ConnectionFailed, DrainAbandoned, RowTooLarge, WriterFailed
 from gate.common.process import die_with_multiprocessing_parent, name_process
 from gate.common.retry import backoff, is_transient
 
@@ -40,10 +40,6 @@ STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting fo
 _CTX = mp.get_context("spawn")
 
 log = logging.getLogger(__name__)
-
-
-class WriterFailed(GateError):
-    """A writer hit an error that retrying cannot fix."""
 
 
 def _dc_session(server: ServerConfig, database: str) -> pymysql.Connection:

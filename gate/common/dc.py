@@ -15,7 +15,13 @@ import pymysql
 
 import dc_schema
 from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier
-from gate.common.errors import ChannelExists, ChannelNotFound, ConnectionFailed, GateError, SchemaVersionError
+from gate.common.errors import (
+    ChannelExists,
+    ChannelNotFound,
+    ConnectionFailed,
+    MissingPrivileges,
+    SchemaVersionError,
+)
 from gate.common.retry import UNREACHABLE
 
 GATE_VERSION = "0.1.0"
@@ -44,10 +50,6 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
                 f"Check that it is running and that host and port are right."
             ) from None
         raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
-
-
-class MissingPrivileges(GateError):
-    """The DC user lacks a privilege gate needs in a channel database."""
 
 
 @dataclass(frozen=True)

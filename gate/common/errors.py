@@ -89,3 +89,35 @@ class UnsupportedEvent(GateError):
 
 class ChannelBusy(GateError):
     """Another gate process is running the channel."""
+
+
+class MissingPrivileges(GateError):
+    """The DC user lacks a privilege gate needs in a channel database."""
+
+
+class DecoderFailed(GateError):
+    """A decoder process died or could not decode a row event."""
+
+
+class SourceDown(StreamLost):
+    """The source stayed unreachable for the reader's whole ``retry_for``: time to fail over."""
+
+
+class WriterFailed(GateError):
+    """A writer hit an error that retrying cannot fix."""
+
+
+class StatementFormatChange(GateError):
+    """A captured table was changed by a statement logged as text (binlog_format STATEMENT or MIXED)."""
+
+
+class PartialRowImage(GateError):
+    """A row event of a captured table lacks columns (binlog_row_image MINIMAL or NOBLOB)."""
+
+
+class LoadError(GateError):
+    """The output directory does not fit the channel or has been tampered with."""
+
+
+class MaterialiseError(GateError):
+    """The output directory is not one materialise may replace."""
