@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gate.capture.decoder import DecoderPool, Job, StreamFormat
+from gate.capture.decoder import DecoderPool, Job
+from gate.capture.libshim import StreamFormat
 from gate.capture.reader import BinlogReader, Commit, Idle, Rows, current_position
 from gate.capture.translate import TableFilter, Translator
 from gate.common.errors import DecoderFailed

@@ -31,7 +31,8 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.capture.values import BinaryFormat, ImageRenderer, fix_library_charsets
+from gate.capture.libshim import fix_library_charsets
+from gate.capture.values import BinaryFormat, ImageRenderer
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from tests.replay import dc_rows, make_channel, running, wait_caught_up

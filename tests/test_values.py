@@ -20,11 +20,11 @@ from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE as T
 from pymysqlreplication.row_event import RowsEvent
 
+from gate.capture.libshim import fix_library_charsets
 from gate.capture.values import (
     ImageRenderer,
     correct_negative_time2,
     datetime_renderer,
-    fix_library_charsets,
     render_base64,
     render_bit,
     render_decimal,

@@ -19,36 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from pymysql.protocol import MysqlPacket
-from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
+from gate.capture.libshim import Ctl, StreamFormat, fix_library_charsets, raw_packet, rebuild_rows_event
 from gate.capture.reader import Rows
 from gate.capture.translate import Change, TableFilter, Translator
-from gate.capture.values import BinaryFormat, fix_library_charsets
+from gate.capture.values import BinaryFormat
 from gate.common.errors import DecoderFailed
 from gate.common.process import die_with_multiprocessing_parent, name_process
 
 _CTX = mp.get_context("spawn")
-_ROW_EVENTS = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
 
 
-@dataclass(frozen=True)
-class StreamFormat:
-    """What the library needs to rebuild an event of this stream: taken from the reading stream."""
 
-    mysql_version: Any
-    use_checksum: bool
-    optional_meta_data: bool
-    post_header_lengths: Any
-    charset: str
-    dbms: str
-
-    @classmethod
-    def of(cls, stream: Any) -> StreamFormat:
-        return cls(stream.mysql_version, stream._BinLogStreamReader__use_checksum,
-                   stream._BinLogStreamReader__optional_meta_data, stream._BinLogStreamReader__post_header_lengths,
-                   stream._ctl_connection.charset, stream._ctl_connection._get_dbms())
 
 
 @dataclass
@@ -73,34 +54,23 @@ class Job:
         if key is None or not (self.tables[key] is table or self.tables[key] == table):
             key = self._keys[event.table_id] = len(self.tables)
             self.tables.append(table)
-        raw = event.packet.packet._data
+        raw = raw_packet(event)
         self.events.append((item.optype, key, raw))
         self.nbytes += len(raw)
         return len(self.events) - 1
 
 
-class _Ctl:
-    """The little of the library's control connection that building a row event asks for."""
-
-    def __init__(self, fmt: StreamFormat) -> None:
-        self.charset, self._dbms = fmt.charset, fmt.dbms
-
-    def _get_dbms(self) -> str:
-        return self._dbms
 
 
 def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any]],
             translator: Translator) -> list[list[Change]]:
     _no, fmt, events, tables = job
-    ctl = _Ctl(fmt)
+    ctl = Ctl(fmt)
     out: list[list[Change]] = []
     for optype, key, raw in events:
         table = tables[key]
-        wrapper = BinLogPacketWrapper(
-            MysqlPacket(raw, None), {table.table_id: table}, ctl, fmt.mysql_version, fmt.use_checksum,
-            _ROW_EVENTS, None, None, None, None, False, False, False, fmt.optional_meta_data, False, False,
-            fmt.post_header_lengths)
-        out.append(list(translator.rows(Rows(optype, wrapper.event))))
+        event = rebuild_rows_event(raw, table, fmt, ctl)
+        out.append(list(translator.rows(Rows(optype, event))))
     return out
 
 

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gate.capture.decoder import Job, StreamFormat
+from gate.capture.decoder import Job
+from gate.capture.libshim import StreamFormat
 from gate.capture.reader import Commit, Position, Rows
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.translate import Change

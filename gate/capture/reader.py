@@ -2,10 +2,10 @@
 
 It owns reconnects. python-mysql-replication 1.0.17 silently reconnects by itself after a lost
 connection, from a position that may lie inside a transaction (rows are then lost until the next
-TableMap); :class:`_OwnedStream` turns that second connect into :class:`StreamLost`, and the reader
-reconnects from the last transaction boundary, skipping the items of the open transaction it has
-already delivered. It also corrects the library's MariaDB GTID dump packet (FIELD-NOTES: a 14-byte
-length header on 15 bytes of payload made the server drop the connection and the library loop).
+TableMap); :class:`~gate.capture.libshim.OwnedStream` turns that second connect into
+:class:`StreamLost`, and the reader reconnects from the last transaction boundary, skipping the items
+of the open transaction it has already delivered. The same class corrects the library's MariaDB GTID
+dump packet (a 14-byte length header on 15 bytes of payload made the server drop the connection).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
-from pymysql.constants.COMMAND import COM_BINLOG_DUMP
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
@@ -32,7 +30,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.capture.values import fix_library_charsets
+from gate.capture.libshim import OwnedStream, fix_library_charsets
 from gate.common.config import ServerConfig
 from gate.common.dc import describe_position
 from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
@@ -110,30 +108,6 @@ class Idle:
 Item = Begin | Rows | Statement | Commit | Idle
 
 
-class _OwnedStream(BinLogStreamReader):
-    """BinLogStreamReader that connects once and says so when it would reconnect on its own."""
-
-    _connected_once = False
-
-    def _BinLogStreamReader__connect_to_stream(self) -> None:  # noqa: N802 (name-mangled override)
-        if self._connected_once:
-            raise StreamLost("binlog connection lost")
-        self._connected_once = True
-        BinLogStreamReader._BinLogStreamReader__connect_to_stream(self)  # type: ignore[attr-defined]
-
-    def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
-        """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""
-        cur = self._stream_connection.cursor()
-        cur.execute("SET @slave_connect_state = %s", (self.auto_position,))
-        cur.execute("SET @slave_gtid_strict_mode=1")
-        cur.execute("SET @slave_gtid_ignore_duplicates=0")
-        cur.close()
-        flags = 0 if self._BinLogStreamReader__blocking else 0x01  # type: ignore[attr-defined]
-        payload = (
-            bytes([COM_BINLOG_DUMP]) + struct.pack("<I", 4) + struct.pack("<H", flags)
-            + struct.pack("<I", self._BinLogStreamReader__server_id)  # type: ignore[attr-defined]
-        )
-        return struct.pack("<i", len(payload)) + payload
 
 
 def _merge_gtid(state: dict[str, str], gtid: str) -> None:
@@ -201,13 +175,13 @@ class BinlogReader:
         self.retry_for = retry_for
         self._gtids = _gtid_state(start.gtid_pos)
         self._stopped = False
-        self._stream: _OwnedStream | None = None
+        self._stream: OwnedStream | None = None
 
     def stop(self) -> None:
         self._stopped = True
 
     @property
-    def stream(self) -> _OwnedStream:
+    def stream(self) -> OwnedStream:
         """The library's stream now open (row events it yielded are rebuilt elsewhere by its format)."""
         assert self._stream is not None, "no stream before iterating"
         return self._stream
@@ -226,7 +200,7 @@ class BinlogReader:
                 "('gate channel set-position NAME --now'), or restore the binlogs."
             )
 
-    def _open(self) -> _OwnedStream:
+    def _open(self) -> OwnedStream:
         fix_library_charsets()
         settings = {**self.server.connect_args(), "read_timeout": self.read_timeout, "connect_timeout": 5}
         common: dict[str, Any] = dict(
@@ -236,9 +210,9 @@ class BinlogReader:
             slave_heartbeat=self.heartbeat, enable_logging=False,
         )
         if self.boundary.log_file:
-            return _OwnedStream(resume_stream=True, log_file=self.boundary.log_file,
+            return OwnedStream(resume_stream=True, log_file=self.boundary.log_file,
                                 log_pos=self.boundary.log_pos, **common)
-        return _OwnedStream(is_mariadb=True, auto_position=self.boundary.gtid_pos, **common)
+        return OwnedStream(is_mariadb=True, auto_position=self.boundary.gtid_pos, **common)
 
     def __iter__(self) -> Iterator[Item]:
         delivered = 0  # items of the open transaction already yielded; skipped after a reconnect
@@ -274,7 +248,7 @@ class BinlogReader:
             finally:
                 self._stream.close()
 
-    def _items(self, stream: _OwnedStream) -> Iterator[Item]:
+    def _items(self, stream: OwnedStream) -> Iterator[Item]:
         in_txn = False
         for event in stream:
             kind = type(event)
@@ -330,7 +304,7 @@ class BinlogReader:
             if self._stopped and not in_txn:
                 return
 
-    def _commit(self, stream: _OwnedStream, timestamp: int, xa: tuple[str, str] | None = None) -> Commit:
+    def _commit(self, stream: OwnedStream, timestamp: int, xa: tuple[str, str] | None = None) -> Commit:
         gtid_pos = ",".join(self._gtids[d] for d in sorted(self._gtids)) or self.boundary.gtid_pos
         self.boundary = Position(stream.log_file, stream.log_pos, gtid_pos)
         return Commit(self.boundary, timestamp, xa)

@@ -1,4 +1,4 @@
-"""Row values as text: what the MySQL client shows for ``SELECT col`` (DESIGN.md section 3).
+"""Row values as text: what the MySQL client shows for ``SELECT col`` (the README's value table).
 
 python-mysql-replication decodes each row image into Python values; this module turns them into the
 strings of the DC's JSON. An :class:`ImageRenderer` is built once per table map and holds one small
@@ -17,7 +17,7 @@ What the library (1.0.17) hands over, measured against MariaDB 10.11, and what i
   digits (``1.23457``), DOUBLE with the shortest digits that round-trip (:func:`render_float64`);
 - latin1 text holding 0x81/0x8D/0x8F/0x90/0x9D raises UnicodeDecodeError inside the library, and
   utf16/utf32/ucs2/utf16le text is garbled, raises or arrives as bytes, unless the reader calls
-  :func:`fix_library_charsets` first.
+  :func:`gate.capture.libshim.fix_library_charsets` first.
 
 Still lost inside the library (pinned by xfail tests in tests/test_type_matrix.py): dates with a zero
 month or day (``2024-00-15``) or year 0 arrive as None like a zero date, and ENUM/SET labels that are
@@ -211,42 +211,6 @@ def render_json(v: Any) -> str:
 
 _ENCODERS: dict[str, Renderer] = {"base64": render_base64, "hex": render_hex}
 
-# MySQL's latin1 is cp1252 except that 0x81, 0x8D, 0x8F, 0x90 and 0x9D are the C1 controls U+0081...;
-# Python's cp1252 has no mapping for them and raises.
-_MYSQL_LATIN1 = "gate_mysql_latin1"
-_LATIN1_TABLE = "".join(
-    bytes([b]).decode("cp1252", "replace").replace("\ufffd", chr(b)) for b in range(256)
-)
-_LATIN1_ENCODING = codecs.charmap_build(_LATIN1_TABLE)
-_LATIN1_CODEC = codecs.CodecInfo(
-    name=_MYSQL_LATIN1,
-    encode=lambda s, errors="strict": codecs.charmap_encode(s, errors, _LATIN1_ENCODING),
-    decode=lambda b, errors="strict": codecs.charmap_decode(b, errors, _LATIN1_TABLE),
-)
-# The library's codec name for a charset (its Charset.encoding) -> the Python codec that decodes it right.
-_CODEC_FIXES = {
-    "cp1252": _MYSQL_LATIN1,  # latin1
-    "utf16": "utf-16-be",  # the library's "utf16" decodes as little-endian and garbles or raises
-    "utf32": "utf-32-be",
-    "ucs2": "utf-16-be",  # no Python codec of that name: values would arrive undecoded
-    "utf16le": "utf-16-le",
-}
-
-
-def fix_library_charsets() -> None:
-    """Make python-mysql-replication decode latin1, utf16, utf16le, utf32 and ucs2 text as the server
-    defines them. Without this a latin1 value holding 0x81 (as in UTF-8 bytes stored in latin1, e.g.
-    'Á' = C3 81) stops the stream with UnicodeDecodeError, utf16/utf32 text is garbled or raises, and
-    ucs2/utf16le text arrives as bytes. Idempotent; call before reading any row event."""
-    original = RowsEvent.charset_to_encoding
-    if original.__name__ == "_gate_charset_to_encoding":
-        return
-    codecs.register(lambda name: _LATIN1_CODEC if name == _MYSQL_LATIN1 else None)
-
-    def _gate_charset_to_encoding(name: str) -> str:
-        return _CODEC_FIXES.get(name) or original(name)
-
-    RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)  # type: ignore[method-assign]
 
 
 def _year(v: int) -> str:

@@ -1,0 +1,145 @@
+"""Every use gate makes of python-mysql-replication's private internals, in one place.
+
+gate pins the library (1.0.17); an upgrade must re-check exactly what is here, and nothing else in
+gate touches the library's private names. What gate relies on, and why:
+
+- ``BinLogStreamReader._BinLogStreamReader__connect_to_stream``: overridden by :class:`OwnedStream`.
+  The library reconnects by itself after a lost connection, from a position that may lie inside a
+  transaction (its rows up to the next TableMap are then lost); gate must own reconnects, from the
+  last transaction boundary, so the second connect raises :class:`StreamLost` instead.
+- ``BinLogStreamReader._BinLogStreamReader__set_mariadb_settings``, ``__blocking``, ``__server_id``
+  and ``_stream_connection``: the library's MariaDB GTID dump packet (COM_BINLOG_DUMP) declares a
+  14-byte length for 15 bytes of payload, and MariaDB drops the connection; :class:`OwnedStream`
+  sends a correct one.
+- ``__use_checksum``, ``__optional_meta_data``, ``__post_header_lengths`` and the control
+  connection's ``charset`` and ``_get_dbms()``: what the library needs to rebuild a row event from its
+  raw bytes in a decoder process (:class:`StreamFormat`, :func:`rebuild_rows_event`), along with
+  ``BinLogPacketWrapper``'s positional arguments and the raw packet ``event.packet.packet._data``
+  (:func:`raw_packet`).
+- ``RowsEvent.charset_to_encoding``: replaced by :func:`fix_library_charsets`, because the library
+  decodes MySQL's latin1 as Python's cp1252 (which has no mapping for 0x81, 0x8D, 0x8F, 0x90, 0x9D
+  and raises) and names utf16/utf32/ucs2/utf16le codecs wrongly.
+"""
+
+from __future__ import annotations
+
+import codecs
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from gate.common.errors import StreamLost
+
+ROW_EVENT_CLASSES = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
+
+
+class OwnedStream(BinLogStreamReader):
+    """BinLogStreamReader that connects once and says so when it would reconnect on its own."""
+
+    _connected_once = False
+
+    def _BinLogStreamReader__connect_to_stream(self) -> None:  # noqa: N802 (name-mangled override)
+        if self._connected_once:
+            raise StreamLost("binlog connection lost")
+        self._connected_once = True
+        BinLogStreamReader._BinLogStreamReader__connect_to_stream(self)  # type: ignore[attr-defined]
+
+    def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
+        """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""
+        cur = self._stream_connection.cursor()
+        cur.execute("SET @slave_connect_state = %s", (self.auto_position,))
+        cur.execute("SET @slave_gtid_strict_mode=1")
+        cur.execute("SET @slave_gtid_ignore_duplicates=0")
+        cur.close()
+        flags = 0 if self._BinLogStreamReader__blocking else 0x01  # type: ignore[attr-defined]
+        payload = (
+            bytes([COM_BINLOG_DUMP]) + struct.pack("<I", 4) + struct.pack("<H", flags)
+            + struct.pack("<I", self._BinLogStreamReader__server_id)  # type: ignore[attr-defined]
+        )
+        return struct.pack("<i", len(payload)) + payload
+
+
+# MySQL's latin1 is cp1252 except that 0x81, 0x8D, 0x8F, 0x90 and 0x9D are the C1 controls U+0081...;
+# Python's cp1252 has no mapping for them and raises.
+_MYSQL_LATIN1 = "gate_mysql_latin1"
+_LATIN1_TABLE = "".join(
+    bytes([b]).decode("cp1252", "replace").replace("\ufffd", chr(b)) for b in range(256)
+)
+_LATIN1_ENCODING = codecs.charmap_build(_LATIN1_TABLE)
+_LATIN1_CODEC = codecs.CodecInfo(
+    name=_MYSQL_LATIN1,
+    encode=lambda s, errors="strict": codecs.charmap_encode(s, errors, _LATIN1_ENCODING),
+    decode=lambda b, errors="strict": codecs.charmap_decode(b, errors, _LATIN1_TABLE),
+)
+# The library's codec name for a charset (its Charset.encoding) -> the Python codec that decodes it right.
+_CODEC_FIXES = {
+    "cp1252": _MYSQL_LATIN1,  # latin1
+    "utf16": "utf-16-be",  # the library's "utf16" decodes as little-endian and garbles or raises
+    "utf32": "utf-32-be",
+    "ucs2": "utf-16-be",  # no Python codec of that name: values would arrive undecoded
+    "utf16le": "utf-16-le",
+}
+
+
+def fix_library_charsets() -> None:
+    """Make python-mysql-replication decode latin1, utf16, utf16le, utf32 and ucs2 text as the server
+    defines them. Without this a latin1 value holding 0x81 (as in UTF-8 bytes stored in latin1, e.g.
+    'Á' = C3 81) stops the stream with UnicodeDecodeError, utf16/utf32 text is garbled or raises, and
+    ucs2/utf16le text arrives as bytes. Idempotent; call before reading any row event."""
+    original = RowsEvent.charset_to_encoding
+    if original.__name__ == "_gate_charset_to_encoding":
+        return
+    codecs.register(lambda name: _LATIN1_CODEC if name == _MYSQL_LATIN1 else None)
+
+    def _gate_charset_to_encoding(name: str) -> str:
+        return _CODEC_FIXES.get(name) or original(name)
+
+    RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """What the library needs to rebuild an event of this stream: taken from the reading stream."""
+
+    mysql_version: Any
+    use_checksum: bool
+    optional_meta_data: bool
+    post_header_lengths: Any
+    charset: str
+    dbms: str
+
+    @classmethod
+    def of(cls, stream: Any) -> StreamFormat:
+        return cls(stream.mysql_version, stream._BinLogStreamReader__use_checksum,
+                   stream._BinLogStreamReader__optional_meta_data, stream._BinLogStreamReader__post_header_lengths,
+                   stream._ctl_connection.charset, stream._ctl_connection._get_dbms())
+
+
+class Ctl:
+    """The little of the library's control connection that building a row event asks for."""
+
+    def __init__(self, fmt: StreamFormat) -> None:
+        self.charset, self._dbms = fmt.charset, fmt.dbms
+
+    def _get_dbms(self) -> str:
+        return self._dbms
+
+
+def raw_packet(event: Any) -> bytes:
+    """The bytes of a row event as the server sent them (its header included)."""
+    return event.packet.packet._data  # type: ignore[no-any-return]
+
+
+def rebuild_rows_event(raw: bytes, table: Any, fmt: StreamFormat, ctl: Ctl | None = None) -> Any:
+    """The library's row event for ``raw`` (see :func:`raw_packet`) of ``table``'s table map."""
+    wrapper = BinLogPacketWrapper(
+        MysqlPacket(raw, None), {table.table_id: table}, ctl or Ctl(fmt), fmt.mysql_version, fmt.use_checksum,
+        ROW_EVENT_CLASSES, None, None, None, None, False, False, False, fmt.optional_meta_data, False, False,
+        fmt.post_header_lengths)
+    return wrapper.event
