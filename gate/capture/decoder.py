@@ -10,10 +10,8 @@ on another core than reading and writing, which the GIL would otherwise serialis
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import pickle
 import queue
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,12 +22,7 @@ from gate.capture.reader import Rows
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.values import BinaryFormat
 from gate.common.errors import DecoderFailed
-from gate.common.process import die_with_multiprocessing_parent, name_process
-
-_CTX = mp.get_context("spawn")
-
-
-
+from gate.common.process import WorkerPool, start_child
 
 
 @dataclass
@@ -75,10 +68,7 @@ def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any
 
 
 def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox: Any) -> None:
-    die_with_multiprocessing_parent()
-    name_process("gate-decoder")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when decoders stop
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    start_child("gate-decoder")
     fix_library_charsets()
     translator = Translator(ZoneInfo(timezone), binary_format, TableFilter())  # the reader's process filtered
     while (message := inbox.get()) is not None:
@@ -91,18 +81,15 @@ def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox
             outbox.put((no, None, f"{type(exc).__name__}: {exc}"))
 
 
-class DecoderPool:
+class DecoderPool(WorkerPool):
     """N decoder processes sharing one inbox; :meth:`collect` fills in the results of finished jobs."""
 
+    kind = "decoder"
+    failure = DecoderFailed
+
     def __init__(self, timezone: str, binary_format: BinaryFormat, processes: int, depth: int = 2) -> None:
-        self._inbox = _CTX.Queue(maxsize=max(2, depth * processes))
-        self._outbox = _CTX.Queue()
-        self._procs = [_CTX.Process(target=_decoder_main, args=(timezone, binary_format, self._inbox, self._outbox),
-                                    name=f"gate-decoder-{n}", daemon=True) for n in range(processes)]
-        for proc in self._procs:
-            proc.start()
+        super().__init__(_decoder_main, (timezone, binary_format), processes, depth)
         self._waiting: dict[int, Job] = {}
-        self._next_check = 0.0
 
     def submit(self, job: Job) -> None:
         """Blocks while the decoders are all busy and the queue is full: backpressure on the reader.
@@ -113,12 +100,7 @@ class DecoderPool:
             message = pickle.dumps((job.no, job.fmt, job.events, job.tables), pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise DecoderFailed(f"Job {job.no} of row events cannot be handed to a decoder: {exc!r}") from exc
-        while True:
-            try:
-                self._inbox.put(message, timeout=1.0)
-                break
-            except queue.Full:
-                self._check_alive()
+        self._put(message)
         self._waiting[job.no] = job
 
     def collect(self, timeout: float = 0.0) -> None:
@@ -133,26 +115,10 @@ class DecoderPool:
                 self._waiting.pop(no).result = result
                 item = self._outbox.get_nowait()
         except queue.Empty:
-            if self._waiting and (timeout or time.monotonic() >= self._next_check):
-                self._next_check = time.monotonic() + 1.0
-                self._check_alive()
+            if self._waiting:
+                self._check_alive(every=0.0 if timeout else 1.0)
 
-    def _check_alive(self) -> None:
-        dead = [p.name for p in self._procs if not p.is_alive()]
-        if dead:
-            raise DecoderFailed(f"decoder process(es) {', '.join(dead)} died; see the log above.")
-
-    def close(self) -> None:
+    def close(self, graceful: bool = False, wait: float = 1.0) -> None:
         """Stop the decoders (a second for them to leave, then SIGKILL); results not taken are dropped:
         a restart reads their rows again."""
-        self._inbox.cancel_join_thread()
-        for _ in self._procs:
-            try:
-                self._inbox.put_nowait(None)
-            except queue.Full:
-                break
-        for proc in self._procs:
-            proc.join(timeout=1.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        super().close(graceful, wait)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
 import queue
-import signal
 import threading
 import time
 from datetime import datetime, timezone
@@ -27,7 +25,7 @@ from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, q
 from gate.common.errors import ConnectionFailed, DrainAbandoned, RowTooLarge, WriterFailed
-from gate.common.process import die_with_multiprocessing_parent, name_process
+from gate.common.process import WorkerPool, start_child
 from gate.common.retry import backoff, is_transient
 
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
@@ -37,7 +35,6 @@ LARGEST_PACKET = 1 << 30  # the largest max_allowed_packet MariaDB and MySQL acc
 STUCK_RETRY = 5.0  # seconds between attempts to write a row larger than the DC's max_allowed_packet
 REPORT_EVERY = 60.0  # seconds between repeated log lines about the same chunk
 STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting for a larger max_allowed_packet
-_CTX = mp.get_context("spawn")
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +164,7 @@ def _record_stuck(conn: pymysql.Connection, exc: RowTooLarge, since: str, messag
 
 
 def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
-    die_with_multiprocessing_parent()
-    name_process("gate-writer")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # gate's main process decides when writers stop
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    start_child("gate-writer")
     conn: pymysql.Connection | None = None
     max_packet = LARGEST_PACKET
     try:  # connect now, not when the first chunk is already waiting
@@ -234,38 +228,30 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         conn.close()
 
 
-class WriterPool:
+class WriterPool(WorkerPool):
     """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed. The writers
     report on their outbox: ("done", chunk), ("failed", message) or ("log", level, message), logged here."""
+
+    kind = "writer"
+    failure = WriterFailed
 
     def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
                  cancel: threading.Event | None = None) -> None:
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
-        self._inbox = _CTX.Queue(maxsize=max(2, depth * processes))
-        self._outbox = _CTX.Queue()
-        self._procs = [
-            _CTX.Process(target=_writer_main, args=(server, database, self._inbox, self._outbox),
-                         name=f"gate-writer-{n}", daemon=True)
-            for n in range(processes)
-        ]
-        for proc in self._procs:
-            proc.start()
+        super().__init__(_writer_main, (server, database), processes, depth)
         self.in_flight = 0
-        self._next_check = 0.0
         self._done: list[int] = []
 
     def submit(self, seq: int, rows: list[DCRow]) -> None:
         """Blocks while every writer is busy and the queue is full: backpressure on the reader."""
-        while True:
-            try:
-                self._inbox.put((seq, rows), timeout=1.0)
-                break
-            except queue.Full:
-                self._take_reports(0.0)  # a writer's log lines must not wait for room in the queue
-                self._check_alive()
-                if self._cancel is not None and self._cancel.is_set():
-                    raise DrainAbandoned(f"chunk {seq} not handed to a writer: stopping without draining")
+
+        def while_full() -> None:
+            self._take_reports(0.0)  # a writer's log lines must not wait for room in the queue
+            if self._cancel is not None and self._cancel.is_set():
+                raise DrainAbandoned(f"chunk {seq} not handed to a writer: stopping without draining")
+
+        self._put((seq, rows), while_full)
         self.in_flight += 1
 
     def _take_reports(self, timeout: float) -> None:
@@ -287,26 +273,11 @@ class WriterPool:
         self._take_reports(timeout)
         done, self._done = self._done, []
         self.in_flight -= len(done)
-        if not done and time.monotonic() >= self._next_check:
-            self._next_check = time.monotonic() + 1.0
-            self._check_alive()
+        if not done:
+            self._check_alive(every=1.0)
         return done
-
-    def _check_alive(self) -> None:
-        dead = [p.name for p in self._procs if not p.is_alive()]
-        if dead:
-            raise WriterFailed(f"writer process(es) {', '.join(dead)} died; see the log above.")
 
     def close(self, graceful: bool = True) -> None:
         """Graceful: let the writers finish their queue. Otherwise kill them; their open DC
         transactions roll back, and a restart removes whatever they committed above the checkpoint."""
-        if graceful:
-            for _ in self._procs:
-                self._inbox.put(None)
-        else:  # chunks no writer will take must not hold up gate's exit (the queue's feeder thread)
-            self._inbox.cancel_join_thread()
-        for proc in self._procs:
-            proc.join(timeout=10 if graceful else 0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        super().close(graceful, wait=10.0 if graceful else 0.0)
