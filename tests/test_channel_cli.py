@@ -146,8 +146,8 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
         "server_id": 4242, "allow": ["shop.*", "crm.customer?"], "deny": ["*.audit_log"],
         "failover_mode": "gtid", "on_divergence": "stop",
         "defaults": {"timezone": "Asia/Shanghai", "binary_format": "hex", "writers": 3, "decoders": 2,
-                     "batch_rows": 1000, "checkpoint_interval_ms": 100, "standby_sample_seconds": 5.0, "failover_after_seconds": 10.0,
-                     "failover_margin_seconds": 5.0},
+                     "batch_rows": 1000, "checkpoint_interval_ms": 100, "standby_sample_seconds": 5.0,
+                     "failover_after_seconds": 10.0, "failover_margin_seconds": 5.0},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }
@@ -296,8 +296,8 @@ def test_drop_while_a_gate_runs_the_channel(gate: Gate, sandbox: Sandbox, unique
         cur.execute(f"CREATE TABLE {unique_name}_src.t (id INT PRIMARY KEY)")
     assert running.wait(timeout=60) == 1
     log = (tmp_path / f"{unique_name}.log").read_text()
-    assert re.search(rf"\nerror: a server refused the operation: \(1146, \"Table '{unique_name}\.transfer_(data|checkpoint)' "
-                     r"doesn't exist\"\)\n$", log), log
+    assert re.search(rf"\nerror: a server refused the operation: \(1146, \"Table '{unique_name}\."
+                     r"transfer_(data|checkpoint)' doesn't exist\"\)\n$", log), log
 
 
 def test_empty_password_variables_are_refused(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:

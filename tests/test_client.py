@@ -36,9 +36,12 @@ ROWS: list[tuple[Any, ...]] = [  # id, tid, dbname, tablename, create_time (UTC)
     (6, 4, "crm", "orders", "2024-05-01 10:02:00", "src:3306", "TRUNCATE", {}),
 ]
 HOLES = [  # above the checkpoint, with gaps (7, 10 and 11 are not written yet)
-    (8, 5, "shop", "orders", "2024-05-01 10:03:00", "src:3306", "INSERT", {"NEW": [{"id": "8"}, {"v": "x"}, {"note": None}]}),
-    (9, 5, "shop", "orders", "2024-05-01 10:03:00", "src:3306", "INSERT", {"NEW": [{"id": "9"}, {"v": "y"}, {"note": None}]}),
-    (12, 7, "shop", "orders", "2024-05-01 10:04:00", "src:3306", "INSERT", {"NEW": [{"id": "12"}, {"v": "z"}, {"note": None}]}),
+    (8, 5, "shop", "orders", "2024-05-01 10:03:00", "src:3306", "INSERT",
+     {"NEW": [{"id": "8"}, {"v": "x"}, {"note": None}]}),
+    (9, 5, "shop", "orders", "2024-05-01 10:03:00", "src:3306", "INSERT",
+     {"NEW": [{"id": "9"}, {"v": "y"}, {"note": None}]}),
+    (12, 7, "shop", "orders", "2024-05-01 10:04:00", "src:3306", "INSERT",
+     {"NEW": [{"id": "12"}, {"v": "z"}, {"note": None}]}),
 ]
 ROW7 = (7, 5, "shop", "orders", "2024-05-01 10:03:00", "src:3306", "INSERT",
         {"NEW": [{"id": "7"}, {"v": "w"}, {"note": None}]})

@@ -110,8 +110,9 @@ def test_malformed_yaml() -> None:
      "config.yaml line 2: channel_defaults.failover_after_seconds must be a number, not 'soon'."),
     ("dc:\n  host: 5\n", "config.yaml line 2: dc.host must be text, not 5."),
     ("log:\n  level: LOUD\n", "config.yaml line 2: log.level must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'."),
-    ("channel_defaults:\n  timezone: Mars/Olympus\n", "config.yaml line 2: channel_defaults.timezone: Time zone "
-                                                    "'Mars/Olympus' is unknown. Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."),
+    ("channel_defaults:\n  timezone: Mars/Olympus\n",
+     "config.yaml line 2: channel_defaults.timezone: Time zone 'Mars/Olympus' is unknown. "
+     "Use an IANA name such as UTC, Europe/Berlin or Asia/Shanghai."),
 ])
 def test_wrong_types(text: str, message: str) -> None:
     assert error_of(text) == message

@@ -312,7 +312,8 @@ def parse_config(text: str, source: str = "config.yaml") -> Config:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{source} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
+        problem = getattr(exc, "problem", exc)
+        raise ConfigError(f"{source} is not valid YAML{where}: {problem}. Fix the syntax there.") from None
     finally:
         loader.dispose()
     if raw is None:

@@ -424,7 +424,8 @@ def main() -> int:
     parser.add_argument("--writers", type=int, help="channel setting 'writers' (default: gate's default)")
     parser.add_argument("--decoders", type=int, help="channel setting 'decoders' (default: gate's default)")
     parser.add_argument("--batch-rows", type=int, help="channel setting 'batch_rows' (default: gate's default)")
-    parser.add_argument("--profile", choices=["a", "b", "c"], help="cProfile gate (main, decoders, writers) on this workload")
+    parser.add_argument("--profile", choices=["a", "b", "c"],
+                        help="cProfile gate (main, decoders, writers) on this workload")
     parser.add_argument("--py-spy", choices=["a", "b", "c"], help="py-spy record gate on this workload")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before each measurement wait up to SECONDS for the machine to be nearly idle")

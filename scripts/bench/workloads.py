@@ -101,7 +101,7 @@ def lag_load(port: int, seconds: float, txn_per_s: int, rows_per_txn: int, out: 
     Writes [(txn, commit wall time)] as JSON to ``out``."""
     conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="", autocommit=True, charset="utf8mb4")
     sql = ("INSERT INTO bench_lag.t (txn, seq, name, amount, created, note) SELECT %s, seq, CONCAT('lag ', seq), "
-           "seq * 1.5, NOW(3), REPEAT('n', 40) FROM bench_lag.seq_1_to_{n}").format(n=rows_per_txn)
+           f"seq * 1.5, NOW(3), REPEAT('n', 40) FROM bench_lag.seq_1_to_{rows_per_txn}")
     commits: list[tuple[int, float]] = []
     interval = 1.0 / txn_per_s
     total = int(seconds * txn_per_s)
