@@ -1,12 +1,17 @@
-.PHONY: setup demo test
+.PHONY: setup demo lint test
 
-# Both targets set up what they need first (scripts/setup.sh: system packages, .venv).
+# Every target sets up what it needs first (scripts/setup.sh: system packages, .venv).
 setup:
 	@scripts/setup.sh
 
 demo: setup
 	@scripts/demo.sh
 
-# make test ARGS="-k channel" passes arguments to pytest.
-test: setup
+# ruff (style, imports, likely bugs) and mypy (types) over the whole repository.
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+# The lint, then the tests. make test ARGS="-k channel" passes arguments to pytest.
+test: lint
 	.venv/bin/python -m pytest -q $(ARGS)

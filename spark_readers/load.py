@@ -74,7 +74,7 @@ class OutputDir:
         self._path = spark._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
         self._io = spark._jvm.org.apache.commons.io.IOUtils  # type: ignore[union-attr]
         self.root = self._path(path)
-        self.fs = self.root.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+        self.fs = self.root.getFileSystem(spark._jsc.hadoopConfiguration())
         self.url = str(self.fs.makeQualified(self.root).toString())
         checksummed = spark._jvm.org.apache.hadoop.fs.ChecksumFileSystem  # type: ignore[union-attr]
         # The cursor's small files without checksum side files (see write_json); JSON tells a torn one.

@@ -29,8 +29,6 @@ from gate.common.dc import ChannelSettings, connect, read_resume, read_settings
 from gate.common.errors import ConnectionFailed, FailoverError, PreflightFailed
 from gate.devtools.sandbox import MariaDBServer, Sandbox, free_port
 from gate.devtools.workload import RandomWorkload
-from scripts.bench.switch_time import APP_DB, LOAD_DB, measure_switch_time
-from scripts.bench.switch_time import CHANNEL as SWITCH_TIME_CHANNEL
 from tests.replay import (
     dc_rows,
     make_channel,
@@ -544,19 +542,6 @@ def test_set_failover_settings(gate: Gate, sandbox: Sandbox, unique_name: str) -
                                          "on_divergence": "stop"}
     wrong = gate("channel", "set", unique_name, "--failover-mode", "guess")
     assert wrong.exit_code == 2 and "'guess' is not one of 'gtid', 'fingerprint'" in wrong.stderr
-
-
-def test_switch_time(make_sandbox: Callable[..., Sandbox]) -> None:
-    box = make_sandbox(with_standby=True)
-    assert box.standby is not None
-    took = measure_switch_time(box, FAST)
-    print(f"\nswitch time (failover_after_seconds {took.failover_after_seconds}): switch recorded after "
-          f"{took.switch_recorded_seconds} s, first row from the standby in the DC after "
-          f"{took.first_new_row_seconds} s")
-    assert took.switch_recorded_seconds <= took.first_new_row_seconds < FAST.failover_after_seconds + 15
-    with running(server_config(box.dc), SWITCH_TIME_CHANNEL):  # the measured switch was exact too
-        wait_caught_up(box.standby, box.dc, SWITCH_TIME_CHANNEL)
-    _exact(box, SWITCH_TIME_CHANNEL, box.standby, LOAD_DB, APP_DB)
 
 
 # --- the standby's preflight ---------------------------------------------------------------------

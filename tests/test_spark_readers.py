@@ -316,6 +316,7 @@ def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sand
     assert spark.sparkContext._jsc is not None  # the module's session is still running
 
 
+@pytest.mark.measure
 def test_measure_incremental_load_against_a_plain_jdbc_scan(spark: SparkSession, sandbox: Sandbox,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     name, db = "spark_measure", "src_spark_measure"

@@ -103,7 +103,7 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
     Returns the settings and the preflight's warnings.
     """
     check_identifier(name, "Channel name")
-    chosen = {"timezone": timezone, "binary_format": binary_format, "writers": writers}
+    chosen: dict[str, Any] = {"timezone": timezone, "binary_format": binary_format, "writers": writers}
     defaults = replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
     check_timezone(defaults.timezone)
     if writers is not None:
@@ -241,7 +241,7 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
             server = server_login(address, user, password, password_env, role, getattr(settings, role))
             if check:
                 warnings = require_server(server, settings.server_id, role)
-        settings = replace(settings, **{role: server})
+        settings = replace(settings, **{role: server})  # type: ignore[arg-type]  # role is source or standby
         dc.write_settings(conn, settings)
         if role == "standby":
             with conn.cursor() as cur:
@@ -330,7 +330,7 @@ def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
         settings = dc.read_settings(conn, name)
-    servers = [("source", settings.source, None)]
+    servers: list[tuple[str, ServerConfig, ServerConfig | None]] = [("source", settings.source, None)]
     if settings.standby is not None:
         servers.append(("standby", settings.standby, settings.source))
     return [{"role": role, "server": server.address, "server_id": settings.server_id,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pymysql
 
 from gate.common.config import ServerConfig
-from gate.common.dc import ChannelSettings, connect
+from gate.common.dc import ChannelSettings, connect, one_row
 from gate.common.errors import ConnectionFailed, PreflightFailed
 
 # setting -> value gate needs; each can be changed at run time and kept in my.cnf
@@ -56,7 +56,7 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
         )
         found = {name: str(value) for name, value in cur.fetchall()}
         cur.execute("SELECT CURRENT_USER()")
-        account = _account(cur.fetchone()[0])
+        account = _account(one_row(cur)[0])
         cur.execute("SHOW GRANTS FOR CURRENT_USER")
         granted = _global_privileges(row[0] for row in cur.fetchall())
         replicas = _replica_ids(cur) if gate_server_id is not None else []
@@ -87,7 +87,7 @@ def require_channel(settings: ChannelSettings) -> list[Problem]:
     cannot be reached is a warning: gate switches to the standby if the source stays unreachable for
     failover_after_seconds, and without its standby gate captures the source but cannot fail over.
     """
-    servers = [("source", settings.source, None)]
+    servers: list[tuple[str, ServerConfig, ServerConfig | None]] = [("source", settings.source, None)]
     if settings.standby is not None:
         servers.append(("standby", settings.standby, settings.source))
     warnings: list[Problem] = []

@@ -12,7 +12,7 @@ import pymysql
 
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
-from gate.common.dc import connect, lock_holder, q, read_resume, read_settings
+from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
 from gate.common.errors import GateError
 
 # What a binlog holds around a rotation (FLUSH BINARY LOGS, a restart, max_binlog_size): no transaction.
@@ -77,9 +77,9 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         elapsed = time.monotonic() - started
         cur.execute("SET time_zone = '+00:00'")  # create_time is shown in UTC
         cur.execute(f"SELECT MAX(create_time) FROM {q(channel)}.transfer_data WHERE id = %s", (state.id,))
-        last = cur.fetchone()[0]
+        last = one_row(cur)[0]
         cur.execute(f"SELECT UNIX_TIMESTAMP(NOW(3)) - MAX(sampled_at) FROM {q(channel)}.gate_standby_sample")
-        sample_age = cur.fetchone()[0]
+        sample_age = one_row(cur)[0]
         cur.execute(f"SELECT switched_at, from_instance, to_instance, reason, at_id FROM {q(channel)}.gate_switch "
                     "ORDER BY switched_at")
         switches = [{"switched_at": at.isoformat(sep=" ", timespec="milliseconds"), "from_instance": source,
@@ -94,7 +94,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
             row = scur.fetchone()
             source_pos = f"{row[0]}:{row[1]}" if row else None
             scur.execute("SELECT UNIX_TIMESTAMP()")
-            source_now = float(scur.fetchone()[0])
+            source_now = float(one_row(scur)[0])
             at_end = resume_pos is not None and resume_pos == source_pos or (
                 state.log_file is not None and state.log_pos is not None
                 and only_bookkeeping_after(scur, state.log_file, state.log_pos))

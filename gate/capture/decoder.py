@@ -118,7 +118,7 @@ class DecoderPool(WorkerPool):
             if self._waiting:
                 self._check_alive(every=0.0 if timeout else 1.0)
 
-    def close(self, graceful: bool = False, wait: float = 1.0) -> None:
+    def close(self, graceful: bool = False, wait: float | None = 1.0) -> None:
         """Stop the decoders (a second for them to leave, then SIGKILL); results not taken are dropped:
         a restart reads their rows again."""
         super().close(graceful, wait)

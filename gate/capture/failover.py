@@ -27,7 +27,7 @@ import pymysql
 from gate.capture.reader import Begin, Commit, Idle, Item, Rows, Statement
 from gate.capture.translate import Change, Translator
 from gate.common.config import ServerConfig
-from gate.common.dc import ChannelSettings, ResumeState, connect, q, store_settings, write_resume
+from gate.common.dc import ChannelSettings, ResumeState, connect, one_row, q, store_settings, write_resume
 from gate.common.errors import FailoverError, GateError
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class StandbySampler(threading.Thread):
             cur.execute("SHOW MASTER STATUS")
             status = cur.fetchone()
             cur.execute("SELECT UNIX_TIMESTAMP(), @@gtid_binlog_pos")
-            now, gtid = cur.fetchone()
+            now, gtid = one_row(cur)
         if status is None:
             raise FailoverError(f"The standby {self.standby.address} has binary logging off; it cannot be failed over to.")
         with connect(self.dc, "DC", self.channel) as conn, conn.cursor() as cur:
@@ -155,10 +155,10 @@ def catch_up(settings: ChannelSettings, timeout: float) -> int:
     source, standby = settings.source, _standby(settings)
     with connect(source, "source") as conn, conn.cursor() as cur:
         cur.execute("SELECT @@server_id, @@gtid_binlog_pos")
-        server_id, position = cur.fetchone()
+        server_id, position = one_row(cur)
     with connect(standby, "standby", read_timeout=timeout + 30) as conn, conn.cursor() as cur:
         cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position or "", timeout))
-        if cur.fetchone()[0] != 0:
+        if one_row(cur)[0] != 0:
             raise FailoverError(
                 f"The standby {standby.address} has not applied the source's GTID position {position} within "
                 f"{timeout:.0f} s, so channel '{settings.name}' was not switched. Check its replication (SHOW SLAVE "
@@ -183,7 +183,7 @@ def _wait_relay_applied(standby: ServerConfig, timeout: float = 30.0) -> str:
                 break
             time.sleep(0.1)
         cur.execute("SELECT @@gtid_binlog_state AS state")
-        return cur.fetchone()["state"] or ""
+        return one_row(cur)["state"] or ""
 
 
 def plan_switch(conn: pymysql.Connection, settings: ChannelSettings, state: ResumeState, origin_server_id: int,

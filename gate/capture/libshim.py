@@ -48,7 +48,7 @@ class OwnedStream(BinLogStreamReader):
         if self._connected_once:
             raise StreamLost("binlog connection lost")
         self._connected_once = True
-        BinLogStreamReader._BinLogStreamReader__connect_to_stream(self)  # type: ignore[attr-defined]
+        BinLogStreamReader._BinLogStreamReader__connect_to_stream(self)
 
     def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
         """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""
@@ -57,10 +57,10 @@ class OwnedStream(BinLogStreamReader):
         cur.execute("SET @slave_gtid_strict_mode=1")
         cur.execute("SET @slave_gtid_ignore_duplicates=0")
         cur.close()
-        flags = 0 if self._BinLogStreamReader__blocking else 0x01  # type: ignore[attr-defined]
+        flags = 0 if self._BinLogStreamReader__blocking else 0x01
         payload = (
             bytes([COM_BINLOG_DUMP]) + struct.pack("<I", 4) + struct.pack("<H", flags)
-            + struct.pack("<I", self._BinLogStreamReader__server_id)  # type: ignore[attr-defined]
+            + struct.pack("<I", self._BinLogStreamReader__server_id)
         )
         return struct.pack("<i", len(payload)) + payload
 
@@ -100,7 +100,7 @@ def fix_library_charsets() -> None:
     def _gate_charset_to_encoding(name: str) -> str:
         return _CODEC_FIXES.get(name) or original(name)
 
-    RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)  # type: ignore[method-assign]
+    RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class Ctl:
 
 def raw_packet(event: Any) -> bytes:
     """The bytes of a row event as the server sent them (its header included)."""
-    return event.packet.packet._data  # type: ignore[no-any-return]
+    return event.packet.packet._data
 
 
 def rebuild_rows_event(raw: bytes, table: Any, fmt: StreamFormat, ctl: Ctl | None = None) -> Any:

@@ -46,6 +46,7 @@ from gate.common.dc import (
     ChannelSettings,
     ResumeState,
     connect,
+    one_row,
     q,
     read_resume,
     read_settings,
@@ -260,7 +261,7 @@ class Pipeline:
         try:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
                 cur.execute("SELECT @@server_id")
-                server_id = cur.fetchone()[0]
+                server_id = one_row(cur)[0]
         except GateError:
             return  # unreachable now: the reader will say so
         with self._ctl_conn().cursor() as cur:
@@ -338,23 +339,22 @@ class Pipeline:
         next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
         for item in items:
-            kind = type(item)
-            if kind is Rows:
+            if type(item) is Rows:
                 if translator.filter.passes(item.event.schema, item.event.table):
                     translator.check_image(item)
                     ordering.rows(item, reader.stream)
-            elif kind is Begin:
+            elif type(item) is Begin:
                 if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
                     next_filter = time.monotonic() + FILTER_EVERY
                     self._reread_filter(translator, reader.boundary.describe())
                 ordering.begin(item.xid)
-            elif kind is Commit:
+            elif type(item) is Commit:
                 self.stats.transactions += 1
                 ordering.commit(item)
-            elif kind is Statement:
+            elif type(item) is Statement:
                 for change in translator.statement(item):
                     ordering.statement(change, item.timestamp)
-            if kind is Idle:
+            if type(item) is Idle:
                 ordering.drain()
             else:
                 ordering.apply()

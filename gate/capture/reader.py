@@ -32,7 +32,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from gate.capture.libshim import OwnedStream, fix_library_charsets
 from gate.common.config import ServerConfig
-from gate.common.dc import describe_position
+from gate.common.dc import describe_position, one_row
 from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
 from gate.common.retry import backoff, is_transient
 
@@ -139,7 +139,7 @@ def current_position(server: ServerConfig) -> Position:
         cur.execute("SHOW MASTER STATUS")
         row = cur.fetchone()
         cur.execute("SELECT @@gtid_binlog_pos")
-        gtid = cur.fetchone()[0]
+        gtid = one_row(cur)[0]
     if row is None:
         raise PositionPurged(f"{server.address} has binary logging off; there is no position to start from.")
     return Position(row[0], int(row[1]), gtid or None)
@@ -270,8 +270,8 @@ class BinlogReader:
                 else:  # MySQL: gate keeps the last GTID; its gtid_executed set is the server's business
                     self._gtids = {"": event.gtid}
                 in_txn = True
-                xid = _prepared_xid(event) if kind is MariadbGtidEvent else None
-                yield Begin(event.timestamp, event.packet.server_id, event.gtid, xid)
+                prepared = _prepared_xid(event) if kind is MariadbGtidEvent else None
+                yield Begin(event.timestamp, event.packet.server_id, event.gtid, prepared)
             elif kind is QueryEvent:
                 sql = event.query.strip()
                 upper = sql[:20].upper()

@@ -23,7 +23,7 @@ import pymysql
 
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
-from gate.common.dc import connect, q
+from gate.common.dc import connect, one_row, q
 from gate.common.errors import ConnectionFailed, DrainAbandoned, RowTooLarge, WriterFailed
 from gate.common.process import WorkerPool, start_child
 from gate.common.retry import backoff, is_transient
@@ -44,7 +44,7 @@ def _dc_session(server: ServerConfig, database: str) -> pymysql.Connection:
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("SELECT @@SESSION.sql_mode")
-        modes = [m for m in cur.fetchone()[0].split(",") if m and m != "NO_BACKSLASH_ESCAPES"]
+        modes = [m for m in one_row(cur)[0].split(",") if m and m != "NO_BACKSLASH_ESCAPES"]
         cur.execute("SET SESSION sql_mode = %s", (",".join(modes),))  # _literal escapes with backslashes
     return conn
 
@@ -53,7 +53,7 @@ def _max_packet(conn: pymysql.Connection) -> int:
     """The session's max_allowed_packet: the server's global value when the connection was opened."""
     with conn.cursor() as cur:
         cur.execute("SELECT @@SESSION.max_allowed_packet")
-        return int(cur.fetchone()[0])
+        return int(one_row(cur)[0])
 
 
 def _literal(text: str) -> str:
@@ -145,7 +145,7 @@ def _landed(conn: pymysql.Connection, rows: list[DCRow]) -> bool:
     """After an unclear commit: the chunk is atomic, so its first and last id tell."""
     with conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM transfer_data WHERE id IN (%s, %s)", (rows[0][0], rows[-1][0]))
-        count = cur.fetchone()[0]
+        count = one_row(cur)[0]
     conn.commit()
     return bool(count)
 
@@ -230,7 +230,9 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
 
 class WriterPool(WorkerPool):
     """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed. The writers
-    report on their outbox: ("done", chunk), ("failed", message) or ("log", level, message), logged here."""
+    report on their outbox: ("done", chunk), ("failed", message) or ("log", level, message), logged here.
+    ``close(graceful=False)`` kills them: their open DC transactions roll back, and a restart removes
+    whatever they committed above the checkpoint."""
 
     kind = "writer"
     failure = WriterFailed
@@ -276,8 +278,3 @@ class WriterPool(WorkerPool):
         if not done:
             self._check_alive(every=1.0)
         return done
-
-    def close(self, graceful: bool = True) -> None:
-        """Graceful: let the writers finish their queue. Otherwise kill them; their open DC
-        transactions roll back, and a restart removes whatever they committed above the checkpoint."""
-        super().close(graceful, wait=10.0 if graceful else 0.0)

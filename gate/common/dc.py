@@ -19,6 +19,7 @@ from gate.common.errors import (
     ChannelExists,
     ChannelNotFound,
     ConnectionFailed,
+    GateError,
     MissingPrivileges,
     SchemaVersionError,
 )
@@ -133,6 +134,15 @@ def describe_position(log_file: str | None, log_pos: int | None, gtid_pos: str |
     return f"{log_file}:{log_pos}" + (f" (GTID {gtid_pos})" if gtid_pos else "")
 
 
+def one_row(cur: pymysql.cursors.Cursor) -> Any:
+    """The row of a query that always returns one (SELECT of values or variables, COUNT(*), SHOW
+    MASTER STATUS of a server with binary logging, which gate checks first)."""
+    row = cur.fetchone()
+    if row is None:
+        raise GateError("The server returned no row for a query that always returns one.")
+    return row
+
+
 def q(name: str) -> str:
     """Backquote an identifier that check_identifier has accepted."""
     return f"`{check_identifier(name, 'identifier')}`"
@@ -230,7 +240,7 @@ def check_privileges(conn: pymysql.Connection, name: str) -> None:
     would stop part way. Privileges count on all databases, on ``name`` and through enabled roles."""
     with conn.cursor() as cur:
         cur.execute("SELECT CURRENT_USER()")
-        user, host = cur.fetchone()[0].rsplit("@", 1)
+        user, host = one_row(cur)[0].rsplit("@", 1)
         cur.execute("SELECT role_name FROM information_schema.enabled_roles")
         grantees = [f"'{user}'@'{host}'"] + [f"'{role}'@''" for (role,) in cur.fetchall()]
         marks = ", ".join(["%s"] * len(grantees))
@@ -341,7 +351,7 @@ def take_lock(conn: pymysql.Connection, channel: str) -> int | None:
     gate (drop, switch) hold it while they work."""
     with conn.cursor() as cur:
         cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (lock_name(channel),) * 2)
-        got, holder = cur.fetchone()
+        got, holder = one_row(cur)
     return None if got == 1 else int(holder or 0)
 
 
@@ -349,7 +359,7 @@ def lock_holder(conn: pymysql.Connection, channel: str) -> int | None:
     """The DC connection id of the gate running ``channel``, None if none runs it."""
     with conn.cursor() as cur:
         cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(channel),))
-        holder = cur.fetchone()[0]
+        holder = one_row(cur)[0]
     return None if holder is None else int(holder)
 
 

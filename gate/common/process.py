@@ -85,10 +85,12 @@ class WorkerPool:
         if dead:
             raise self.failure(f"{self.kind} process(es) {', '.join(dead)} died; see the log above.")
 
-    def close(self, graceful: bool = True, wait: float = 10.0) -> None:
-        """Graceful: each child finishes the inbox and leaves (waiting ``wait`` seconds for it). Else the
-        children are told to leave but what they have not taken is dropped, and those still there
-        after ``wait`` seconds are killed."""
+    def close(self, graceful: bool = True, wait: float | None = None) -> None:
+        """Graceful: each child finishes the inbox and leaves (waiting ``wait`` seconds, 10 by default).
+        Else the children are told to leave but what they have not taken is dropped, and those still
+        there after ``wait`` seconds (0 by default) are killed."""
+        if wait is None:
+            wait = 10.0 if graceful else 0.0
         if graceful:
             for _ in self._procs:
                 self._inbox.put(None)

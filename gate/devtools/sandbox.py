@@ -18,10 +18,12 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pymysql
 
+from gate.common.dc import one_row
 from gate.common.errors import SandboxError
 from gate.common.process import die_with_parent
 
@@ -86,10 +88,10 @@ class MariaDBServer:
     def connection_settings(self) -> dict[str, object]:
         return {"host": "127.0.0.1", "port": self.port, "user": "root", "password": ""}
 
-    def connect(self, database: str | None = None, **kwargs: object) -> pymysql.Connection:
-        settings = {**self.connection_settings(), "autocommit": True, "charset": "utf8mb4",
+    def connect(self, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
+        settings: dict[str, Any] = {**self.connection_settings(), "autocommit": True, "charset": "utf8mb4",
                     "ssl_disabled": True, **kwargs}  # no TLS here; PyMySQL would build a TLS context per connect
-        return pymysql.connect(database=database, **settings)  # type: ignore[arg-type]
+        return pymysql.connect(database=database, **settings)
 
     def pid(self) -> int | None:
         """The pid of this server's live mariadbd (not a zombie, not a stranger that reused the pid)."""
@@ -307,8 +309,8 @@ class Sandbox:
         assert self.standby is not None
         with self.source.connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT @@gtid_binlog_pos")
-            target = cur.fetchone()[0]
+            target = one_row(cur)[0]
         with self.standby.connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (target, timeout))
-            if cur.fetchone()[0] != 0:
+            if one_row(cur)[0] != 0:
                 raise SandboxError(f"standby did not reach GTID {target} within {timeout} s")
