@@ -262,7 +262,7 @@ def test_tail_follows_until_interrupted(sandbox: Sandbox, unique_name: str, gate
             raise KeyboardInterrupt  # Ctrl-C
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("gate.cli_consume.click.echo", echo)
+        patch.setattr("gate.cli.consume.click.echo", echo)
         result = CliRunner().invoke(main, ["--config", str(gate_config), "tail", unique_name, "--from", "6",
                                            "--interval", "0.05"], catch_exceptions=False)
     timer.join()

@@ -1,6 +1,6 @@
 """Summarise a py-spy raw (collapsed stacks) file: per process, top functions by cumulative and self %.
 
-    .venv/bin/python scripts/bench/spy_summary.py py-spy-a.txt [--top 25] [--match gate/pipeline.py]
+    .venv/bin/python scripts/bench/spy_summary.py py-spy-a.txt [--top 25] [--match gate/capture/pipeline.py]
 
 py-spy was run with --subprocesses --idle (scripts/bench/benchmark.py --py-spy WORKLOAD), so the stacks of
 each process start with ``process PID:"cmdline"`` frames, and idle (waiting) stacks are included:
