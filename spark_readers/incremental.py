@@ -28,6 +28,7 @@ _TEXTS = ArrayType(StringType())
 
 DDL_SCHEMA = StructType([
     StructField("NEW", ArrayType(_struct("field_name", "nullable", "primary_key", "data_type"))),  # CREATETABLE
+    StructField("primary_key", _TEXTS),  # CREATETABLE: the key's columns in key order
     StructField("LIKE", _TABLE),
     StructField("SELECT", BooleanType()),
     StructField("ADDCOLUMN", ArrayType(_struct("field_name", "data_type"))),
