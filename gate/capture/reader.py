@@ -176,6 +176,8 @@ class BinlogReader:
         self._gtids = _gtid_state(start.gtid_pos)
         self._stopped = False
         self._stream: OwnedStream | None = None
+        self.connected = False  # the stream delivers (events or heartbeats)
+        self.disconnects = 0  # streams lost since this reader started
 
     def stop(self) -> None:
         self._stopped = True
@@ -223,6 +225,7 @@ class BinlogReader:
             try:
                 for item in self._items(self._stream):
                     failing_since = None
+                    self.connected = True
                     if isinstance(item, Idle):
                         yield item
                     elif skip:
@@ -235,6 +238,9 @@ class BinlogReader:
             except (StreamLost, pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as exc:
                 if isinstance(exc, pymysql.err.OperationalError) and not is_transient(exc):
                     raise _fatal(self.server, self.boundary, exc) from None
+                if self.connected:
+                    self.connected = False
+                    self.disconnects += 1
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.retry_for:

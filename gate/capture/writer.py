@@ -16,6 +16,8 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -177,6 +179,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         if job is None:
             break
         seq, rows = job
+        started = time.monotonic()
         span = f"rows {rows[0][0]}..{rows[-1][0]}"
         attempt = 0
         stuck: int | None = None  # the id of a row of this chunk too large for the DC, while it waits
@@ -223,24 +226,26 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         if stuck is not None:
             outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
                         f"server's max_allowed_packet is {max_packet} bytes"))
-        outbox.put(("done", seq))
+        outbox.put(("done", seq, dict(Counter(r[6] for r in rows)), time.monotonic() - started))
     if conn is not None:
         conn.close()
 
 
 class WriterPool(WorkerPool):
     """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed. The writers
-    report on their outbox: ("done", chunk), ("failed", message) or ("log", level, message), logged here.
-    ``close(graceful=False)`` kills them: their open DC transactions roll back, and a restart removes
-    whatever they committed above the checkpoint."""
+    report on their outbox: ("done", chunk, rows per optype, seconds it took), ("failed", message) or
+    ("log", level, message), logged here. ``close(graceful=False)`` kills them: their open DC
+    transactions roll back, and a restart removes whatever they committed above the checkpoint."""
 
     kind = "writer"
     failure = WriterFailed
 
     def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None,
+                 on_written: Callable[[dict[str, int], float], None] | None = None) -> None:
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
+        self._on_written = on_written  # told each committed chunk's rows per optype and its seconds
         super().__init__(_writer_main, (server, database), processes, depth)
         self.in_flight = 0
         self._done: list[int] = []
@@ -263,6 +268,8 @@ class WriterPool(WorkerPool):
             while True:
                 if item[0] == "done":
                     self._done.append(item[1])
+                    if self._on_written is not None:
+                        self._on_written(item[2], item[3])
                 elif item[0] == "log":
                     log.log(item[1], "%s", item[2])
                 else:

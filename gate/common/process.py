@@ -55,13 +55,19 @@ class WorkerPool:
     failure: type[Exception] = RuntimeError
 
     def __init__(self, target: Callable[..., None], args: tuple[Any, ...], processes: int, depth: int) -> None:
-        self._inbox: Any = _CTX.Queue(maxsize=max(2, depth * processes))
+        self.capacity = max(2, depth * processes)
+        self._inbox: Any = _CTX.Queue(maxsize=self.capacity)
         self._outbox: Any = _CTX.Queue()
         self._procs = [_CTX.Process(target=target, args=(*args, self._inbox, self._outbox),
                                     name=f"gate-{self.kind}-{n}", daemon=True) for n in range(processes)]
         for proc in self._procs:
             proc.start()
         self._next_check = 0.0
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting in the inbox (approximate, as the queue's own count is)."""
+        return int(self._inbox.qsize())
 
     def _put(self, message: Any, while_full: Callable[[], None] = lambda: None) -> None:
         """Hand ``message`` to the children, waiting while the inbox is full (checking that they live,
