@@ -25,6 +25,7 @@ from gate.capture.checkpoint import Checkpointer
 from gate.capture.ddl import ColumnDescriber
 from gate.capture.decoder import DecoderPool
 from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
+from gate.capture.metrics import MetricsServer, RunMetrics, Stage
 from gate.capture.ordering import Ordering
 from gate.capture.reader import (
     Begin,
@@ -133,11 +134,16 @@ class PreparedInDC:
 class Pipeline:
     """Runs one channel in the foreground until :meth:`stop` (or SIGTERM/SIGINT)."""
 
-    def __init__(self, dc: ServerConfig, channel: str, preflight: bool = True) -> None:
+    def __init__(self, dc: ServerConfig, channel: str, preflight: bool = True, metrics_port: int | None = None,
+                 metrics_address: str | None = None) -> None:
         q(channel)
         self.dc = dc
         self.channel = channel
         self.preflight = preflight
+        self.metrics_port = metrics_port  # None: the channel's setting
+        self.metrics_address = metrics_address
+        self.metrics = RunMetrics(channel)
+        self.metrics_server: MetricsServer | None = None
         self.stats = RunStats()
         self._stopping = threading.Event()
         self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
@@ -218,8 +224,25 @@ class Pipeline:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+        try:
+            return self._run()
+        finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
+
+    def _serve_metrics(self, settings: ChannelSettings) -> None:
+        """Start the metrics and health endpoints if the command line or the channel's settings ask."""
+        self.metrics.stuck_after = settings.defaults.stuck_after_seconds
+        self.metrics.ready_lag = settings.defaults.ready_lag_seconds
+        port = settings.defaults.metrics_port if self.metrics_port is None else self.metrics_port
+        if port and self.metrics_server is None:
+            self.metrics_server = MetricsServer(self.metrics, self.metrics_address or settings.defaults.metrics_address,
+                                                port)
+
+    def _run(self) -> RunStats:
         while True:
             settings = read_settings(self._ctl_conn(), self.channel)
+            self._serve_metrics(settings)
             if self.preflight:
                 from gate.admin.preflight import require_channel
 
@@ -242,9 +265,11 @@ class Pipeline:
                 if settings.standby is None or self._stopping.is_set():
                     raise
                 log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
+                self.metrics.stage = None
                 state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
                 try:
                     plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
+                    self.metrics.failovers += 1
                 except GateError:  # e.g. a divergence that stops gate: release the channel's lock with the run
                     if self._ctl is not None:
                         self._ctl.close()
@@ -272,7 +297,8 @@ class Pipeline:
         source = settings.source
         defaults = settings.defaults
         with ExitStack() as not_started:  # the children start first, while gate connects to the source
-            pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon)
+            pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
+                              on_written=self.metrics.chunk_written)
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)
@@ -306,6 +332,8 @@ class Pipeline:
                  defaults.writers, f", standby {settings.standby.address}" if settings.standby else "")
         if sampler is not None:
             sampler.start()
+        self.metrics.loop_at = self.metrics.progress_at = time.monotonic()
+        self.metrics.stage = Stage(reader, decoders, pool, state)
         self.stats.started = time.monotonic()
         clean = abandoned = False
         try:
@@ -335,6 +363,8 @@ class Pipeline:
 
         ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows,
                             PreparedInDC(self, checkpointer, pool))
+        metrics, stage = self.metrics, self.metrics.stage
+        assert stage is not None
         next_progress = time.monotonic() + PROGRESS_EVERY
         next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
@@ -350,12 +380,16 @@ class Pipeline:
                 ordering.begin(item.xid)
             elif type(item) is Commit:
                 self.stats.transactions += 1
+                metrics.transactions += 1
+                metrics.last_event_time = item.timestamp
                 ordering.commit(item)
             elif type(item) is Statement:
                 for change in translator.statement(item):
                     ordering.statement(change, item.timestamp)
             if type(item) is Idle:
                 ordering.drain()
+                if not pool.in_flight and checkpointer.pending == 0 and checkpointer.target is None:
+                    metrics.caught_up()
             else:
                 ordering.apply()
             if pool.in_flight:
@@ -364,7 +398,8 @@ class Pipeline:
                 self._checkpoint(checkpointer)
             if self._stopping.is_set():
                 break
-            now = time.monotonic()
+            metrics.loop_at = now = time.monotonic()
+            stage.pending = checkpointer.pending
             if now >= next_progress and checkpointer.state is not logged:
                 next_progress = now + PROGRESS_EVERY
                 state = logged = checkpointer.state
@@ -397,11 +432,16 @@ class Pipeline:
                      self.channel, list(new.allow), list(new.deny), list(old.allow), list(old.deny), at)
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
+        before = checkpointer.state
         try:
-            return checkpointer.write(self._ctl_conn())
+            stored = checkpointer.write(self._ctl_conn())
         except GateError as exc:  # DC unreachable while reconnecting
             log.warning("checkpoint not stored (%s); retrying", exc)
-            return False
+            stored = False
+        self.metrics.dc_connected = stored
+        if checkpointer.state is not before:
+            self.metrics.checkpointed(checkpointer.state)
+        return stored
 
     def _finish(self, checkpointer: Checkpointer, pool: WriterPool, drain: bool, abandoned: bool = False) -> None:
         """Wait for the writers (when stopping cleanly), store the last checkpoint, close everything.

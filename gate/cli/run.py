@@ -25,8 +25,12 @@ def setup_logging(level: str) -> None:
 @click.command()
 @click.argument("channel")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby (not recommended)")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="serve /metrics, /healthz and /readyz on this port, 0 for none [default: the channel's metrics_port]")
+@click.option("--metrics-address", metavar="ADDRESS",
+              help="the interface they listen on [default: the channel's metrics_address, 127.0.0.1]")
 @click.pass_obj
-def run(app: App, channel: str, no_check: bool) -> None:
+def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metrics_address: str | None) -> None:
     """Run CHANNEL in the foreground: read its source's binlog into its DC database.
 
     gate acts as a replica of the channel's source (with the channel's server_id), writes every row
@@ -42,15 +46,22 @@ def run(app: App, channel: str, no_check: bool) -> None:
     the standby every standby_sample_seconds; when the source stays unreachable for
     failover_after_seconds, it switches to the standby and goes on there.
 
+    With --metrics-port (or the channel's metrics_port), gate serves its figures in the Prometheus
+    text format on /metrics, /healthz (503 when stuck: no progress for stuck_after_seconds while
+    there is work) and /readyz (503 unless connected to the source and the DC with the lag under
+    ready_lag_seconds); see README.md, Monitoring.
+
     Example:
 
     \b
         gate run demo
+        gate run demo --metrics-port 9187
         GATE_CONFIG=/etc/gate/config.yaml gate run orders
     """
     check_identifier(channel, "channel name")
     setup_logging(app.config.log.level)
-    Pipeline(app.dc, channel, preflight=not no_check).run()
+    Pipeline(app.dc, channel, preflight=not no_check, metrics_port=metrics_port,
+             metrics_address=metrics_address).run()
 
 
 @click.command()

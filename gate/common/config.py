@@ -36,6 +36,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "channel_defaults.standby_sample_seconds": (0.1, 3600),
     "channel_defaults.failover_after_seconds": (1, 86_400),
     "channel_defaults.failover_margin_seconds": (0, 3600),
+    "channel_defaults.metrics_port": (0, 65535),
+    "channel_defaults.stuck_after_seconds": (1, 86_400),
+    "channel_defaults.ready_lag_seconds": (0, 86_400),
 }
 
 
@@ -173,6 +176,10 @@ class ChannelDefaults:
     standby_sample_seconds: float = 5.0
     failover_after_seconds: float = 10.0
     failover_margin_seconds: float = 5.0
+    metrics_port: int = 0  # gate run serves /metrics, /healthz and /readyz there; 0: not at all
+    metrics_address: str = "127.0.0.1"  # the interface they listen on: only this host unless widened
+    stuck_after_seconds: float = 120.0  # /healthz is 503 once gate has made no progress for that long
+    ready_lag_seconds: float = 60.0  # /readyz is 503 while the replication lag is above it
 
 
 @dataclass(frozen=True)

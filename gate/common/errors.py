@@ -121,3 +121,9 @@ class LoadError(GateError):
 
 class MaterialiseError(GateError):
     """The output directory is not one materialise may replace."""
+
+
+class MetricsPortBusy(GateError):
+    """The address and port chosen for gate run's metrics and health endpoints cannot be listened on."""
+
+    exit_code = 2

@@ -1,0 +1,245 @@
+"""``gate run --metrics-port``: the channel's figures in the Prometheus text format, and its health.
+
+The main loop only stamps a few times and counts (per item, transaction, chunk or checkpoint, never
+per row); the figures are read when a scraper asks, from a thread of this process. The writer
+processes report what each chunk held and how long its DC transaction took on the outbox they
+already report on, so nothing needs Prometheus' multiprocess mode (its files on disk, its cleanup).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import PackageNotFoundError, version
+from typing import Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gate.common.dc import ResumeState
+from gate.common.errors import MetricsPortBusy
+
+log = logging.getLogger(__name__)
+
+BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+VISIBLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+
+
+class Queue(Protocol):
+    """A stage's bounded inbox, as :class:`~gate.common.process.WorkerPool` exposes it."""
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+
+class Source(Protocol):
+    """What the metrics read of the binlog reader."""
+
+    connected: bool
+    disconnects: int
+
+
+@dataclass
+class Stage:
+    """What one run on one source has going: the reader, the checkpointer's state, the two pools."""
+
+    reader: Source
+    decoders: Queue
+    writers: Queue
+    checkpoint: ResumeState
+    pending: int = 0  # chunks dispatched whose checkpoint has not been stored
+
+
+def _build_version() -> str:
+    try:
+        return version("gate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class RunMetrics:
+    """One channel's figures. The pipeline stamps ``loop_at`` every turn of its loop, ``caught_up``
+    when a heartbeat finds nothing pending, ``checkpointed`` when the checkpoint moves."""
+
+    channel: str
+    stuck_after: float = 120.0
+    ready_lag: float = 60.0
+    stage: Stage | None = None
+    transactions: int = 0
+    failovers: int = 0
+    last_event_time: int = 0
+    dc_connected: bool = True
+    written: dict[str, int] = field(default_factory=dict)
+    loop_at: float = field(default_factory=time.monotonic)
+    progress_at: float = field(default_factory=time.monotonic)
+    caught_up_at: float = 0.0  # wall clock: when the reader last stood at the source's end with nothing pending
+    started_at: float = field(default_factory=time.time)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self._batch = Histogram("gate_write_batch_duration_seconds", "Seconds a writer took to store one chunk "
+                                "in the DC, in one transaction", ["channel"], registry=self.registry,
+                                buckets=BATCH_BUCKETS).labels(self.channel)
+        self._visible = Histogram("gate_commit_to_checkpoint_seconds", "Seconds from a transaction's commit on "
+                                  "the source to the checkpoint that makes it visible in the DC", ["channel"],
+                                  registry=self.registry, buckets=VISIBLE_BUCKETS).labels(self.channel)
+        self.registry.register(_Figures(self))
+
+    # --- what the pipeline reports ----------------------------------------------------------
+
+    def chunk_written(self, optypes: dict[str, int], seconds: float) -> None:
+        for optype, count in optypes.items():
+            self.written[optype] = self.written.get(optype, 0) + count
+        self._batch.observe(seconds)
+
+    def checkpointed(self, state: ResumeState) -> None:
+        self.progress_at = time.monotonic()
+        if self.stage is not None:
+            self.stage.checkpoint = state
+        if state.event_time:
+            self._visible.observe(max(0.0, time.time() - state.event_time))
+
+    def caught_up(self) -> None:
+        self.progress_at = time.monotonic()
+        self.caught_up_at = time.time()
+
+    # --- what the endpoints say -------------------------------------------------------------
+
+    def lag(self) -> float:
+        """0 at the source's end; else how long since the last checkpointed transaction was committed on
+        the source, or since gate last stood at the source's end if that is more recent."""
+        if self.stage is None:
+            return 0.0
+        since = max(self.caught_up_at, float(self.stage.checkpoint.event_time or 0)) or self.started_at
+        return max(0.0, time.time() - since)
+
+    def health(self) -> tuple[bool, str]:
+        stage, now = self.stage, time.monotonic()
+        if stage is None:
+            return True, "starting: the channel's checks and start-up run"
+        if not stage.reader.connected:
+            return True, "the source is unreachable; gate reconnects (/readyz says 503 meanwhile)"
+        turned, moved = now - self.loop_at, now - self.progress_at
+        if turned > self.stuck_after:
+            return False, (f"stuck: gate's main loop has not turned for {turned:.0f} s (limit {self.stuck_after:g} "
+                           "s); it waits on the DC (locked tables, a full disk?) or on its writers")
+        if moved > self.stuck_after:
+            return False, (f"stuck: the checkpoint has not moved for {moved:.0f} s (limit {self.stuck_after:g} s) "
+                           f"while {stage.pending} chunk(s) wait for the DC writers")
+        return True, f"ok: checkpoint id={stage.checkpoint.id}, progress {moved:.1f} s ago"
+
+    def readiness(self) -> tuple[bool, str]:
+        stage = self.stage
+        if stage is None:
+            return False, "starting: not reading the source yet"
+        if not stage.reader.connected:
+            return False, "not connected to the source"
+        if not self.dc_connected:
+            return False, "the DC is unreachable: the last checkpoint could not be stored"
+        lag = self.lag()
+        if lag > self.ready_lag:
+            return False, f"lagging: {lag:.0f} s behind the source (limit {self.ready_lag:g} s)"
+        return True, f"ready: connected to the source and the DC, {lag:.1f} s behind"
+
+
+class _Figures(Collector):
+    """The gauges and counters, read from :class:`RunMetrics` when scraped."""
+
+    def __init__(self, metrics: RunMetrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m, ch = self.m, [self.m.channel]
+
+        def gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, text, labels=["channel"])
+            family.add_metric(ch, value)
+            return family
+
+        def counter(name: str, text: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, text, labels=["channel"])
+            family.add_metric(ch, value)
+            return family
+
+        info = GaugeMetricFamily("gate_build_info", "gate's version (always 1)", labels=["channel", "version"])
+        info.add_metric([m.channel, _build_version()], 1)
+        yield info
+        rows = CounterMetricFamily("gate_rows_written_total", "Rows the writers committed to transfer_data",
+                                   labels=["channel", "optype"])
+        for optype, count in sorted(dict(m.written).items()):
+            rows.add_metric([m.channel, optype], count)
+        yield rows
+        yield counter("gate_transactions_total", "Source transactions read", m.transactions)
+        yield counter("gate_failovers_total", "Switches to the standby by this process", m.failovers)
+        yield gauge("gate_last_event_timestamp_seconds", "Source commit time of the last transaction read "
+                    "(Unix time)", m.last_event_time)
+        yield gauge("gate_replication_lag_seconds", "Seconds the checkpoint is behind the source (0 at its end)",
+                    m.lag())
+        stage = m.stage
+        if stage is None:
+            return
+        yield gauge("gate_checkpoint_id", "transfer_checkpoint id: every row at or below it is complete",
+                    stage.checkpoint.id)
+        yield gauge("gate_checkpoint_tid", "transfer_checkpoint tid", stage.checkpoint.tid)
+        yield gauge("gate_source_connected", "1 while the binlog stream is open", int(stage.reader.connected))
+        yield counter("gate_source_disconnects_total", "Binlog streams lost", stage.reader.disconnects)
+        for kind, pool in (("decoder", stage.decoders), ("writer", stage.writers)):
+            yield gauge(f"gate_{kind}_queue_length", f"Jobs waiting for the {kind} processes", pool.queued)
+            yield gauge(f"gate_{kind}_queue_capacity", f"Jobs the {kind} queue holds before the reader waits",
+                        pool.capacity)
+
+
+class MetricsServer:
+    """/metrics, /healthz and /readyz on ``address:port``, from a daemon thread, until :meth:`close`."""
+
+    def __init__(self, metrics: RunMetrics, address: str, port: int) -> None:
+        routes = {"/healthz": metrics.health, "/readyz": metrics.readiness}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._reply(200, CONTENT_TYPE_LATEST, generate_latest(metrics.registry))
+                elif path in routes:
+                    ok, why = routes[path]()
+                    self._reply(200 if ok else 503, "text/plain; charset=utf-8", (why + "\n").encode())
+                else:
+                    self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics, /healthz or /readyz\n")
+
+            def _reply(self, status: int, content_type: str, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+                pass  # a scrape every few seconds is not worth a log line
+
+        try:
+            self._server = ThreadingHTTPServer((address, port), Handler)
+        except OSError as exc:
+            raise MetricsPortBusy(
+                f"gate cannot serve its metrics on {address}:{port} ({exc}). Choose a free port with "
+                "--metrics-port (or the channel's metrics_port; 0 turns the endpoints off) and an address of "
+                "this host with --metrics-address."
+            ) from exc
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="gate-metrics", daemon=True)
+        self._thread.start()
+        log.info("channel %s: metrics on http://%s:%d/metrics, health on /healthz and /readyz",
+                 metrics.channel, address, self.port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
