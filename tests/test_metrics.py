@@ -1,0 +1,145 @@
+"""gate run's /metrics, /healthz and /readyz, scraped over HTTP while a channel runs on real servers."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gate.common.config import ChannelDefaults
+from gate.devtools.sandbox import Sandbox, free_port
+from tests.replay import make_channel, running, wait_caught_up
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except urllib.error.URLError as exc:  # not listening (yet)
+        return 0, str(exc.reason)
+
+
+def scrape(port: int) -> Samples:
+    status, text = get(port, "/metrics")
+    assert status == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: Samples, name: str, channel: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted({"channel": channel, **labels}.items())))]
+
+
+def wait_status(port: int, path: str, status: int, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        got, body = get(port, path)
+        if got == status:
+            return body
+        assert time.monotonic() < deadline, f"{path} still {got} ({body.strip()}) after {timeout} s, not {status}"
+        time.sleep(0.2)
+
+
+def dc_checkpoint_and_optypes(box: Sandbox, channel: str) -> tuple[tuple[int, int], dict[str, int]]:
+    with box.dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, tid FROM transfer_checkpoint")
+        checkpoint = tuple(cur.fetchone())
+        cur.execute("SELECT optype, COUNT(*) FROM transfer_data GROUP BY optype")
+        return (checkpoint[0], checkpoint[1]), {optype: count for optype, count in cur.fetchall()}
+
+
+def test_metrics_follow_the_rows_lag_stays_near_zero_when_idle_and_healthz_sees_a_blocked_dc(
+        make_sandbox: Callable[..., Sandbox], unique_name: str) -> None:
+    box = make_sandbox()
+    port = free_port()
+    dc = make_channel(box.dc, box.source, unique_name, defaults=ChannelDefaults(
+        batch_rows=50, metrics_port=port, stuck_after_seconds=2.0, ready_lag_seconds=5.0))
+    with running(dc, unique_name), box.source.connect() as src, src.cursor() as cur:
+        assert wait_status(port, "/readyz", 200).startswith("ready: connected to the source and the DC")
+        before = scrape(port)
+        assert value(before, "gate_source_connected", unique_name) == 1
+        assert value(before, "gate_writer_queue_capacity", unique_name) == 8  # 2 writers, 4 chunks each
+        assert value(before, "gate_decoder_queue_capacity", unique_name) == 4
+        assert value(before, "gate_build_info", unique_name, version="0.1.0") == 1
+        cur.execute("SHOW MASTER STATUS")
+        binlog, start = cur.fetchone()[:2]
+        cur.execute("CREATE DATABASE m")
+        cur.execute("CREATE TABLE m.t (id INT PRIMARY KEY, v VARCHAR(20))")
+        for n in range(3):
+            cur.execute("INSERT INTO m.t VALUES " + ",".join(f"({n * 100 + i}, 'x')" for i in range(100)))
+            src.commit()
+        cur.execute("UPDATE m.t SET v = 'y' WHERE id < 10")
+        cur.execute("DELETE FROM m.t WHERE id >= 290")
+        src.commit()
+        checkpoint = wait_caught_up(box.source, box.dc, unique_name)
+        time.sleep(0.5)  # the writers' reports and the checkpoint reach the scrape within a loop turn
+        stored, optypes = dc_checkpoint_and_optypes(box, unique_name)
+        assert stored == checkpoint
+        assert optypes == {"CREATETABLE": 1, "INSERT": 300, "UPDATE": 10, "DELETE": 10}
+        flowed = scrape(port)
+        assert (value(flowed, "gate_checkpoint_id", unique_name),
+                value(flowed, "gate_checkpoint_tid", unique_name)) == checkpoint
+        assert {optype: value(flowed, "gate_rows_written_total", unique_name, optype=optype)
+                for optype in optypes} == optypes
+        cur.execute(f"SHOW BINLOG EVENTS IN '{binlog}' FROM {start}")
+        events = [row[2] for row in cur.fetchall()]
+        assert (value(flowed, "gate_transactions_total", unique_name)
+                - value(before, "gate_transactions_total", unique_name)) == events.count("Gtid"), events
+        assert value(flowed, "gate_write_batch_duration_seconds_count", unique_name) >= 4  # a chunk per INSERT
+        assert value(flowed, "gate_commit_to_checkpoint_seconds_count", unique_name) >= 1
+        assert abs(value(flowed, "gate_last_event_timestamp_seconds", unique_name) - time.time()) < 30
+
+        for _ in range(4):  # idle: heartbeats keep the lag near 0, for seconds after the last write
+            time.sleep(1.0)
+            assert value(scrape(port), "gate_replication_lag_seconds", unique_name) < 1.0
+        assert get(port, "/healthz")[0] == 200
+
+        with box.dc.connect(unique_name) as blocker, blocker.cursor() as lock:
+            lock.execute("LOCK TABLES transfer_data WRITE")
+            cur.execute("INSERT INTO m.t VALUES (1000, 'blocked')")
+            src.commit()
+            body = wait_status(port, "/healthz", 503, timeout=20)
+            assert body.startswith("stuck: the checkpoint has not moved for ")
+            assert body.endswith("s (limit 2 s) while 1 chunk(s) wait for the DC writers\n")
+            stuck = scrape(port)
+            assert value(stuck, "gate_checkpoint_id", unique_name) == checkpoint[0]
+            assert value(stuck, "gate_replication_lag_seconds", unique_name) >= 2.0
+            assert wait_status(port, "/readyz", 200).startswith("ready")  # lag 2+ s is under 5 s
+            lock.execute("UNLOCK TABLES")
+        assert wait_status(port, "/healthz", 200).startswith("ok: checkpoint id=")
+        after = wait_caught_up(box.source, box.dc, unique_name)
+        time.sleep(0.5)
+        assert after == (checkpoint[0] + 1, checkpoint[1] + 1)
+        assert value(scrape(port), "gate_checkpoint_id", unique_name) == after[0]
+
+
+def test_readyz_is_503_while_the_source_is_down_and_healthz_stays_200(
+        make_sandbox: Callable[..., Sandbox], unique_name: str) -> None:
+    box = make_sandbox()
+    port = free_port()
+    dc = make_channel(box.dc, box.source, unique_name, defaults=ChannelDefaults(metrics_port=port,
+                                                                               stuck_after_seconds=2.0))
+    with running(dc, unique_name):
+        wait_status(port, "/readyz", 200)
+        box.source.stop()
+        try:
+            assert wait_status(port, "/readyz", 503) == "not connected to the source\n"
+            down = scrape(port)
+            assert value(down, "gate_source_connected", unique_name) == 0
+            assert value(down, "gate_source_disconnects_total", unique_name) == 1
+            time.sleep(3)  # longer than stuck_after_seconds: waiting for the source is not being stuck
+            assert get(port, "/healthz") == (
+                200, "the source is unreachable; gate reconnects (/readyz says 503 meanwhile)\n")
+        finally:
+            box.source.start()
+        assert wait_status(port, "/readyz", 200, timeout=60).startswith("ready")
+        up = scrape(port)
+        assert value(up, "gate_source_connected", unique_name) == 1
+        assert value(up, "gate_source_disconnects_total", unique_name) == 1
