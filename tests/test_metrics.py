@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gate.capture.metrics import MetricsServer, RunMetrics
 from gate.common.config import ChannelDefaults
+from gate.common.errors import MetricsPortBusy
 from gate.devtools.sandbox import Sandbox, free_port
 from tests.replay import make_channel, running, wait_caught_up
 
@@ -143,3 +147,17 @@ def test_readyz_is_503_while_the_source_is_down_and_healthz_stays_200(
         up = scrape(port)
         assert value(up, "gate_source_connected", unique_name) == 1
         assert value(up, "gate_source_disconnects_total", unique_name) == 1
+
+
+def test_a_port_in_use_is_refused_with_the_options_to_change() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(MetricsPortBusy) as refused:
+            MetricsServer(RunMetrics("shop"), "127.0.0.1", port)
+    assert str(refused.value) == (
+        f"gate cannot serve its metrics on 127.0.0.1:{port} ([Errno 98] Address already in use). Choose a free "
+        "port with --metrics-port (or the channel's metrics_port; 0 turns the endpoints off) and an address of "
+        "this host with --metrics-address.")
+    assert refused.value.exit_code == 2
