@@ -424,6 +424,7 @@ def main() -> int:
     parser.add_argument("--writers", type=int, help="channel setting 'writers' (default: gate's default)")
     parser.add_argument("--decoders", type=int, help="channel setting 'decoders' (default: gate's default)")
     parser.add_argument("--batch-rows", type=int, help="channel setting 'batch_rows' (default: gate's default)")
+    parser.add_argument("--metrics-port", type=int, help="channel setting 'metrics_port': serve /metrics while measured")
     parser.add_argument("--profile", choices=["a", "b", "c"],
                         help="cProfile gate (main, decoders, writers) on this workload")
     parser.add_argument("--py-spy", choices=["a", "b", "c"], help="py-spy record gate on this workload")
@@ -439,7 +440,7 @@ def main() -> int:
     lag_seconds = args.lag_seconds or (10.0 if quick else 20.0)
     only = set(args.only.split(","))
     overrides = {k: v for k, v in (("writers", args.writers), ("decoders", args.decoders),
-                                   ("batch_rows", args.batch_rows)) if v}
+                                   ("batch_rows", args.batch_rows), ("metrics_port", args.metrics_port)) if v}
     defaults = ChannelDefaults(**overrides)
 
     workdir = Path(tempfile.mkdtemp(prefix="gate-bench-"))
