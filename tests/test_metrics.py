@@ -124,6 +124,33 @@ def test_metrics_follow_the_rows_lag_stays_near_zero_when_idle_and_healthz_sees_
         assert value(scrape(port), "gate_checkpoint_id", unique_name) == after[0]
 
 
+def test_healthz_is_503_while_the_dc_is_read_locked_and_200_after(
+        make_sandbox: Callable[..., Sandbox], unique_name: str) -> None:
+    box = make_sandbox()
+    port = free_port()
+    dc = make_channel(box.dc, box.source, unique_name, defaults=ChannelDefaults(metrics_port=port,
+                                                                               stuck_after_seconds=2.0))
+    with running(dc, unique_name), box.source.connect() as src, src.cursor() as cur:
+        wait_status(port, "/healthz", 200)
+        cur.execute("CREATE DATABASE m")
+        cur.execute("CREATE TABLE m.t (id INT PRIMARY KEY)")
+        checkpoint = wait_caught_up(box.source, box.dc, unique_name)
+        with box.dc.connect() as blocker, blocker.cursor() as lock:
+            lock.execute("FLUSH TABLES WITH READ LOCK")
+            cur.execute("INSERT INTO m.t VALUES (1), (2)")
+            src.commit()
+            assert wait_status(port, "/healthz", 503, timeout=20).startswith("stuck: ")
+            assert value(scrape(port), "gate_checkpoint_id", unique_name) == checkpoint[0]
+            lock.execute("UNLOCK TABLES")
+        assert wait_status(port, "/healthz", 200).startswith("ok: checkpoint id=")
+        after = wait_caught_up(box.source, box.dc, unique_name)
+        assert after == (checkpoint[0] + 2, checkpoint[1] + 1)
+        wait_until = time.monotonic() + 5
+        while value(scrape(port), "gate_checkpoint_id", unique_name) != after[0]:
+            assert time.monotonic() < wait_until, "gate_checkpoint_id did not reach the DC's checkpoint"
+            time.sleep(0.1)
+
+
 def test_readyz_is_503_while_the_source_is_down_and_healthz_stays_200(
         make_sandbox: Callable[..., Sandbox], unique_name: str) -> None:
     box = make_sandbox()
