@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,7 +18,7 @@ from gate.capture.metrics import MetricsServer, RunMetrics
 from gate.common.config import ChannelDefaults
 from gate.common.errors import MetricsPortBusy
 from gate.devtools.sandbox import Sandbox, free_port
-from tests.replay import make_channel, running, wait_caught_up
+from tests.replay import GATE, STARTED, make_channel, running, wait_caught_up
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -188,3 +191,21 @@ def test_a_port_in_use_is_refused_with_the_options_to_change() -> None:
         "port with --metrics-port (or the channel's metrics_port; 0 turns the endpoints off) and an address of "
         "this host with --metrics-address.")
     assert refused.value.exit_code == 2
+
+
+def test_gate_run_metrics_options_override_the_channel_setting(
+        make_sandbox: Callable[..., Sandbox], unique_name: str, tmp_path: Path) -> None:
+    box = make_sandbox()
+    port = free_port()
+    make_channel(box.dc, box.source, unique_name)  # metrics_port 0: the option alone turns them on
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {box.dc.port}\n  user: root\n  password: ''\n")
+    with open(tmp_path / "gate.log", "wb") as log:
+        gate = subprocess.Popen([GATE, "--config", str(config), "run", unique_name, "--no-check", "--metrics-port",
+                                 str(port), "--metrics-address", "127.0.0.1"], stdout=log, stderr=log)
+    STARTED.append(gate)
+    assert wait_status(port, "/readyz", 200).startswith("ready: connected to the source and the DC, ")
+    assert value(scrape(port), "gate_checkpoint_id", unique_name) == 0
+    gate.send_signal(signal.SIGTERM)
+    assert gate.wait(timeout=30) == 0
+    assert f"channel {unique_name}: metrics on http://127.0.0.1:{port}/metrics" in (tmp_path / "gate.log").read_text()
