@@ -185,7 +185,7 @@ def test_a_port_in_use_is_refused_with_the_options_to_change() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(MetricsPortBusy) as refused:
-            MetricsServer(RunMetrics("shop"), "127.0.0.1", port)
+            MetricsServer(RunMetrics("shop", lambda: 0), "127.0.0.1", port)
     assert str(refused.value) == (
         f"gate cannot serve its metrics on 127.0.0.1:{port} ([Errno 98] Address already in use). Choose a free "
         "port with --metrics-port (or the channel's metrics_port; 0 turns the endpoints off) and an address of "

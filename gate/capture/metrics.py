@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import PackageNotFoundError, version
@@ -71,10 +71,11 @@ class RunMetrics:
     when a heartbeat finds nothing pending, ``checkpointed`` when the checkpoint moves."""
 
     channel: str
+    transactions: Callable[[], int]  # source transactions read so far
     stuck_after: float = 120.0
     ready_lag: float = 60.0
     stage: Stage | None = None
-    transactions: int = 0
+    earlier_disconnects: int = 0  # binlog streams lost by the readers of earlier sources (before a switch)
     failovers: int = 0
     last_event_time: int = 0
     dc_connected: bool = True
@@ -95,6 +96,13 @@ class RunMetrics:
         self.registry.register(_Figures(self))
 
     # --- what the pipeline reports ----------------------------------------------------------
+
+    def begin(self, stage: Stage | None) -> None:
+        """Follow ``stage`` (None while the channel switches to the standby)."""
+        if self.stage is not None:
+            self.earlier_disconnects += self.stage.reader.disconnects
+        self.stage = stage
+        self.loop_at = self.progress_at = time.monotonic()
 
     def chunk_written(self, optypes: dict[str, int], seconds: float) -> None:
         for optype, count in optypes.items():
@@ -178,7 +186,7 @@ class _Figures(Collector):
         for optype, count in sorted(dict(m.written).items()):
             rows.add_metric([m.channel, optype], count)
         yield rows
-        yield counter("gate_transactions_total", "Source transactions read", m.transactions)
+        yield counter("gate_transactions_total", "Source transactions read", m.transactions())
         yield counter("gate_failovers_total", "Switches to the standby by this process", m.failovers)
         yield gauge("gate_last_event_timestamp_seconds", "Source commit time of the last transaction read "
                     "(Unix time)", m.last_event_time)
@@ -191,7 +199,8 @@ class _Figures(Collector):
                     stage.checkpoint.id)
         yield gauge("gate_checkpoint_tid", "transfer_checkpoint tid", stage.checkpoint.tid)
         yield gauge("gate_source_connected", "1 while the binlog stream is open", int(stage.reader.connected))
-        yield counter("gate_source_disconnects_total", "Binlog streams lost", stage.reader.disconnects)
+        yield counter("gate_source_disconnects_total", "Binlog streams lost",
+                      m.earlier_disconnects + stage.reader.disconnects)
         for kind, pool in (("decoder", stage.decoders), ("writer", stage.writers)):
             yield gauge(f"gate_{kind}_queue_length", f"Jobs waiting for the {kind} processes", pool.queued)
             yield gauge(f"gate_{kind}_queue_capacity", f"Jobs the {kind} queue holds before the reader waits",

@@ -142,9 +142,9 @@ class Pipeline:
         self.preflight = preflight
         self.metrics_port = metrics_port  # None: the channel's setting
         self.metrics_address = metrics_address
-        self.metrics = RunMetrics(channel)
-        self.metrics_server: MetricsServer | None = None
         self.stats = RunStats()
+        self.metrics = RunMetrics(channel, lambda: self.stats.transactions)
+        self.metrics_server: MetricsServer | None = None
         self._stopping = threading.Event()
         self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
         self._reader: BinlogReader | None = None
@@ -265,7 +265,7 @@ class Pipeline:
                 if settings.standby is None or self._stopping.is_set():
                     raise
                 log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
-                self.metrics.stage = None
+                self.metrics.begin(None)
                 state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
                 try:
                     plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
@@ -332,8 +332,7 @@ class Pipeline:
                  defaults.writers, f", standby {settings.standby.address}" if settings.standby else "")
         if sampler is not None:
             sampler.start()
-        self.metrics.loop_at = self.metrics.progress_at = time.monotonic()
-        self.metrics.stage = Stage(reader, decoders, pool, state)
+        self.metrics.begin(Stage(reader, decoders, pool, state))
         self.stats.started = time.monotonic()
         clean = abandoned = False
         try:
@@ -380,7 +379,6 @@ class Pipeline:
                 ordering.begin(item.xid)
             elif type(item) is Commit:
                 self.stats.transactions += 1
-                metrics.transactions += 1
                 metrics.last_event_time = item.timestamp
                 ordering.commit(item)
             elif type(item) is Statement:
