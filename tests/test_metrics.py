@@ -18,7 +18,7 @@ from gate.capture.metrics import MetricsServer, RunMetrics
 from gate.common.config import ChannelDefaults
 from gate.common.errors import MetricsPortBusy
 from gate.devtools.sandbox import Sandbox, free_port
-from tests.replay import GATE, STARTED, make_channel, running, wait_caught_up
+from tests.replay import GATE, STARTED, make_channel, running, server_config, wait_caught_up, wait_sampled
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -35,7 +35,7 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 def scrape(port: int) -> Samples:
     status, text = get(port, "/metrics")
-    assert status == 200
+    assert status == 200, text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -209,3 +209,36 @@ def test_gate_run_metrics_options_override_the_channel_setting(
     gate.send_signal(signal.SIGTERM)
     assert gate.wait(timeout=30) == 0
     assert f"channel {unique_name}: metrics on http://127.0.0.1:{port}/metrics" in (tmp_path / "gate.log").read_text()
+
+
+def test_a_switch_to_the_standby_counts_one_failover_and_one_lost_stream(
+        make_sandbox: Callable[..., Sandbox], unique_name: str) -> None:
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    port = free_port()
+    dc = make_channel(box.dc, box.source, unique_name, standby=server_config(box.standby), defaults=ChannelDefaults(
+        standby_sample_seconds=0.3, failover_after_seconds=2.0, failover_margin_seconds=1.0, metrics_port=port))
+    with running(dc, unique_name):
+        wait_sampled(box.dc, unique_name)
+        time.sleep(2.5)  # a sample (whole seconds) older than the last transaction minus the 1 s margin
+        with box.source.connect() as src, src.cursor() as cur:
+            cur.execute("CREATE DATABASE m")
+            cur.execute("CREATE TABLE m.t (id INT PRIMARY KEY)")
+        box.wait_standby_caught_up()
+        wait_caught_up(box.source, box.dc, unique_name)
+        box.source.kill()
+        deadline = time.monotonic() + 30
+        while value(scrape(port), "gate_failovers_total", unique_name) != 1:
+            assert time.monotonic() < deadline, "no failover counted within 30 s of the source's death"
+            time.sleep(0.2)
+        with box.standby.connect() as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO m.t VALUES (1)")
+        checkpoint = wait_caught_up(box.standby, box.dc, unique_name)
+        wait_status(port, "/readyz", 200)
+        deadline = time.monotonic() + 5
+        while (figures := scrape(port)) and value(figures, "gate_checkpoint_id", unique_name) != checkpoint[0]:
+            assert time.monotonic() < deadline, "gate_checkpoint_id did not reach the DC's checkpoint"
+            time.sleep(0.1)
+    assert value(figures, "gate_failovers_total", unique_name) == 1
+    assert value(figures, "gate_source_disconnects_total", unique_name) == 1
+    assert value(figures, "gate_source_connected", unique_name) == 1
