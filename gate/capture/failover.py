@@ -338,6 +338,14 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
                 changes.extend(translator.statement(part))
         gtid = begin.gtid if type(begin) is Begin else None
         server_id = begin.server_id if type(begin) is Begin else 0
+        if deduper.marker.mode == "fingerprint" and (item.xa is not None or (type(begin) is Begin and begin.xid)):
+            raise FailoverError(
+                f"Channel '{settings.name}' cannot finish its switch to {settings.source.address}: the standby's "
+                f"binlog from the switch point holds an XA transaction step ({item.xa[0] if item.xa else 'PREPARE'} "
+                f"at {item.position.describe()}), and fingerprint mode cannot tell whether the DC holds it (XA rows "
+                "are numbered at their commit, not where the binlog has them). Nothing was written. Set a start "
+                f"position on the standby after the transactions the DC holds ('gate channel set-position "
+                f"{settings.name} ...') and run again; for sources with XA transactions use failover_mode gtid.")
         if not deduper.held(gtid, server_id, first_time, changes):
             break
         skipped += 1
