@@ -94,7 +94,13 @@ class DedupeMarker:
 
     @classmethod
     def from_json(cls, text: str) -> DedupeMarker:
-        return cls(**json.loads(text))
+        """Also reads a marker of an earlier gate, which kept only the sequence number per domain: its
+        last GTIDs came from the old source, whose server_id the marker has."""
+        fields = json.loads(text)
+        origin = fields.get("origin_server_id", 0)
+        fields["held_gtids"] = {domain: [origin, last] if isinstance(last, int) else last
+                                for domain, last in fields.get("held_gtids", {}).items()}
+        return cls(**fields)
 
 
 def parse_gtids(gtids: str | None) -> dict[tuple[str, int], int]:
