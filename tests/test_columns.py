@@ -6,14 +6,16 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 from click.testing import Result
 
-from gate.capture.pipeline import Pipeline
+from gate.capture.pipeline import FILTER_EVERY, Pipeline
 from gate.common.columns import MASK, ColumnRule, chain, matching, parse_rules, rule_keys
+from gate.common.config import ChannelDefaults
 from gate.common.dc import connect, read_settings, write_settings
 from gate.common.errors import ColumnRuleRefused, InvalidValue, MissingSecret
 from gate.devtools.sandbox import Sandbox
@@ -171,3 +173,62 @@ def test_a_rule_on_a_primary_key_column_is_refused(sandbox: Sandbox, unique_name
     assert str(err.value).startswith(f"The column rule --exclude '{db}.b.k*' hits {db}.b.k1, a primary-key column "
                                      "(seen at binlog position ")
     assert not [r for r in dc_rows(sandbox.dc, unique_name) if r[3] == "b"]
+
+
+def test_changed_rules_apply_from_the_next_transaction(sandbox: Sandbox, unique_name: str, gate: Gate) -> None:
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
+    with sandbox.source.connect() as conn, conn.cursor() as cur, running(dc, unique_name):
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute(f"INSERT INTO {db}.t VALUES (1, 'plain')")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        assert gate("channel", "columns", unique_name, "--mask", f"{db}.t.v").exit_code == 0
+        time.sleep(FILTER_EVERY + 0.5)  # the running gate re-reads its settings at the next transaction
+        cur.execute(f"INSERT INTO {db}.t VALUES (2, 'hidden')")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert [json.loads(r[7]) for r in dc_rows(sandbox.dc, unique_name)][1:] == [
+        {"NEW": [{"id": "1"}, {"v": "plain"}]}, {"NEW": [{"id": "2"}, {"v": MASK}]}]
+
+
+def test_binary_values_hex_and_renames_across_an_exclude_rule(sandbox: Sandbox, unique_name: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    db = f"src_{unique_name}"
+    monkeypatch.setenv("GATE_TEST_KEY", KEY)
+    rules = (ColumnRule("exclude", f"{db}.t.secret"), ColumnRule("truncate", f"{db}.t.b?", length=2),
+             ColumnRule("hash", f"{db}.t.b2", key_env="GATE_TEST_KEY"), ColumnRule("truncate", f"{db}.t.d", length=4))
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), columns=rules,
+                      defaults=ChannelDefaults(binary_format="hex"))
+    change_in, change_out = f"ALTER TABLE {db}.t CHANGE secret visible INT", f"ALTER TABLE {db}.t CHANGE n secret INT"
+    with sandbox.source.connect() as conn, conn.cursor() as cur, running(dc, unique_name):
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, b1 BINARY(4), b2 BLOB, d DATE, secret INT, n INT)")
+        cur.execute(f"INSERT INTO {db}.t VALUES (1, 0x01, 0x0a0b0c, '2024-05-06', 7, 8)")
+        cur.execute(change_in)
+        cur.execute(change_out)
+        cur.execute(f"INSERT INTO {db}.t VALUES (2, NULL, '', '0000-00-00', 9, 10)")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    rows = [(r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)]
+    assert [list(data) for _optype, data in rows[2:4]] == [["ADDCOLUMN", "SQL"], ["DROPCOLUMN", "SQL"]]
+    assert [field["field_name"] for field in rows[0][1]["NEW"]] == ["id", "b1", "b2", "d", "n"]
+    assert rows[1:] == [
+        ("INSERT", {"NEW": [{"id": "1"}, {"b1": "0100"}, {"b2": _hmac(b"\x0a\x0b")}, {"d": "2024"}, {"n": "8"}]}),
+        ("ALTERTABLE", {"SQL": change_in, "ADDCOLUMN": [{"field_name": "visible", "data_type": "int"}]}),
+        ("ALTERTABLE", {"SQL": change_out, "DROPCOLUMN": ["n"]}),
+        ("INSERT", {"NEW": [{"id": "2"}, {"b1": None}, {"b2": _hmac(b"")}, {"d": "0000"}, {"visible": "9"}]}),
+    ]
+
+
+def test_channel_check_reports_a_rule_matching_no_column(sandbox: Sandbox, unique_name: str, gate: Gate) -> None:
+    db = f"src_{unique_name}"
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, email VARCHAR(10))")
+    assert gate("channel", "columns", unique_name, "--mask", f"{db}.t.email", "--mask", f"{db}.t.emial").exit_code == 0
+    result = gate("channel", "check", unique_name)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        f"warning: column rule --mask '{db}.t.emial' is matching no column of the source's tables; gate needs a rule "
+        f"that matches a column. Fix: correct the pattern with 'gate channel columns {unique_name} --clear' and the "
+        "rules again (harmless if the column is still to come)"]

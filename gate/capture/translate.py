@@ -221,6 +221,8 @@ class Translator:
                 data[key] = entries
             else:
                 data.pop(key, None)
+        if "SQL" in data:  # last, as in every statement payload
+            data["SQL"] = data.pop("SQL")
         return data
 
     def _captured(self, change: DdlChange) -> bool:

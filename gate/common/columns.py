@@ -100,8 +100,9 @@ def rule_keys(rules: Sequence[ColumnRule]) -> dict[str, bytes]:
             if not value:
                 raise MissingSecret(
                     f"The column rule {rule.describe()} takes its HMAC key from the environment variable "
-                    f"{rule.key_env}, which is not set (or empty) for this gate process, so gate does not start: "
-                    f"it would write the column unhashed. Export {rule.key_env} with the key and start gate again.")
+                    f"{rule.key_env}, which is not set (or empty) for this gate process, so gate does not start (a "
+                    "running gate stops): it would write the column unhashed. Export "
+                    f"{rule.key_env} with the key and start gate again.")
             keys[rule.key_env] = value.encode()
     return keys
 
