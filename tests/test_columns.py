@@ -18,6 +18,7 @@ from gate.common.columns import MASK, ColumnRule, chain, matching, parse_rules, 
 from gate.common.config import ChannelDefaults
 from gate.common.dc import connect, read_settings, write_settings
 from gate.common.errors import ColumnRuleRefused, InvalidValue, MissingSecret
+from gate.consume.client import Consumer
 from gate.devtools.sandbox import Sandbox
 from tests.replay import dc_rows, make_channel, running, wait_caught_up
 
@@ -124,6 +125,11 @@ def test_rules_on_every_image_kind(sandbox: Sandbox, unique_name: str, gate: Gat
         (5, "UPDATE", {"NEW": new, "OLD": old + [{"note": None}]}),
         (6, "DELETE", {"OLD": nulls + [{"note": None}]}),
     ]
+    with Consumer(dc, unique_name) as consumer:  # the client reads images without the excluded columns
+        changes = consumer.poll()
+    assert [(c.optype, c.new, c.old) for c in changes if c.optype == "UPDATE"] == [
+        ("UPDATE", {k: v for cell in new for k, v in cell.items()},
+         {k: v for cell in old + [{"note": None}] for k, v in cell.items()})]
     shown = gate("channel", "show", unique_name)
     assert shown.exit_code == 0 and "GATE_TEST_KEY" in shown.output
     with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
@@ -232,3 +238,18 @@ def test_channel_check_reports_a_rule_matching_no_column(sandbox: Sandbox, uniqu
         f"warning: column rule --mask '{db}.t.emial' is matching no column of the source's tables; gate needs a rule "
         f"that matches a column. Fix: correct the pattern with 'gate channel columns {unique_name} --clear' and the "
         "rules again (harmless if the column is still to come)"]
+
+
+def test_a_rule_reaching_a_key_column_by_create_table_stops_gate(sandbox: Sandbox, unique_name: str,
+                                                                  gate: Gate) -> None:
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
+    assert gate("channel", "columns", unique_name, "--truncate", f"{db}.c.code=2").exit_code == 0  # no table yet
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.c (code VARCHAR(8) PRIMARY KEY)")
+    with pytest.raises(ColumnRuleRefused) as err:
+        Pipeline(dc, unique_name, preflight=False).run()
+    assert str(err.value).startswith(f"The column rule --truncate '{db}.c.code=2' hits {db}.c.code, a primary-key "
+                                     "column (seen at binlog position ")
+    assert dc_rows(sandbox.dc, unique_name) == []
