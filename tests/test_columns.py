@@ -16,7 +16,7 @@ from click.testing import Result
 from gate.capture.pipeline import FILTER_EVERY, Pipeline
 from gate.common.columns import MASK, ColumnRule, chain, matching, parse_rules, rule_keys
 from gate.common.config import ChannelDefaults
-from gate.common.dc import connect, read_settings, write_settings
+from gate.common.dc import ChannelSettings, connect, read_settings, write_settings
 from gate.common.errors import ColumnRuleRefused, InvalidValue, MissingSecret
 from gate.consume.client import Consumer
 from gate.devtools.sandbox import Sandbox
@@ -253,3 +253,13 @@ def test_a_rule_reaching_a_key_column_by_create_table_stops_gate(sandbox: Sandbo
     assert str(err.value).startswith(f"The column rule --truncate '{db}.c.code=2' hits {db}.c.code, a primary-key "
                                      "column (seen at binlog position ")
     assert dc_rows(sandbox.dc, unique_name) == []
+
+
+def test_settings_without_column_rules_read_as_none() -> None:
+    """Channels created before column rules existed have no 'columns' setting: no rules."""
+    rows = {"source": {"host": "h", "port": 3306, "user": "u", "password": ""}, "allow": [], "deny": []}
+    settings = ChannelSettings.from_rows("old", rows)
+    assert settings.columns == ()
+    ruled = replace(settings, columns=(ColumnRule("truncate", "a.b.c", length=3),))
+    assert ruled.as_rows()["columns"] == [{"rule": "truncate", "pattern": "a.b.c", "length": 3}]
+    assert ChannelSettings.from_rows("old", ruled.as_rows()).columns == ruled.columns
