@@ -235,9 +235,9 @@ def test_channel_check_reports_a_rule_matching_no_column(sandbox: Sandbox, uniqu
     result = gate("channel", "check", unique_name)
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [
-        f"warning: column rule --mask '{db}.t.emial' is matching no column of the source's tables; gate needs a rule "
-        f"that matches a column. Fix: correct the pattern with 'gate channel columns {unique_name} --clear' and the "
-        "rules again (harmless if the column is still to come)"]
+        f"warning: column rule --mask '{db}.t.emial' is matching no column of a captured table on the source; "
+        "gate needs a rule that matches a column. Fix: correct the pattern with 'gate channel columns "
+        f"{unique_name} --clear' and the rules again (harmless if the column is still to come)"]
 
 
 def test_a_rule_reaching_a_key_column_by_create_table_stops_gate(sandbox: Sandbox, unique_name: str,

@@ -17,6 +17,7 @@ import dc_schema
 from gate.admin.preflight import Problem, check_server, require_server
 from gate.capture import failover
 from gate.capture.reader import binlog_files, current_position
+from gate.capture.translate import TableFilter
 from gate.common import dc
 from gate.common.columns import ColumnRule, matching
 from gate.common.config import (
@@ -235,7 +236,7 @@ def set_columns(dc_server: ServerConfig, name: str, rules: list[ColumnRule], cle
             return settings
         kept = () if clear else settings.columns
         new = tuple(dict.fromkeys(kept + tuple(rules)))
-        for db, table, column, key in source_columns(settings.source):
+        for db, table, column, key in source_columns(settings):
             hits = matching(rules, db, table, column)
             if hits and key:
                 raise ColumnRuleRefused(
@@ -247,20 +248,23 @@ def set_columns(dc_server: ServerConfig, name: str, rules: list[ColumnRule], cle
     return settings
 
 
-def source_columns(source: ServerConfig) -> list[tuple[str, str, str, bool]]:
-    """Every column of the source's tables (system schemas aside): (db, table, column, in the primary key)."""
-    with dc.connect(source, "source") as conn, conn.cursor() as cur:
+def source_columns(settings: ChannelSettings) -> list[tuple[str, str, str, bool]]:
+    """Every column of the tables the channel captures, from its source's information_schema:
+    (db, table, column, in the primary key)."""
+    captured = TableFilter(settings.allow, settings.deny)
+    with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
         cur.execute("SELECT table_schema, table_name, column_name, column_key = 'PRI' FROM information_schema.columns "
                     "WHERE table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')")
-        return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()]
+        return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()
+                if captured.passes(db, table)]
 
 
 def unmatched_rules(settings: ChannelSettings) -> list[Problem]:
     """A column rule that matches no column of the source's tables (a typo, or a column not there yet)."""
     if not settings.columns:
         return []
-    columns = source_columns(settings.source)
-    return [Problem(f"column rule {rule.describe()}", "matching no column of the source's tables",
+    columns = source_columns(settings)
+    return [Problem(f"column rule {rule.describe()}", "matching no column of a captured table on the source",
                     "a rule that matches a column", "correct the pattern with 'gate channel columns "
                     f"{settings.name} --clear' and the rules again (harmless if the column is still to come)",
                     fatal=False)
@@ -377,9 +381,10 @@ def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
     servers: list[tuple[str, ServerConfig, ServerConfig | None]] = [("source", settings.source, None)]
     if settings.standby is not None:
         servers.append(("standby", settings.standby, settings.source))
-    results: list[dict[str, Any]] = [{"role": role, "server": server.address, "server_id": settings.server_id,
-                "problems": check_server(server, settings.server_id, role, replicates_from)}
-                                      for role, server, replicates_from in servers]
+    results: list[dict[str, Any]] = [
+        {"role": role, "server": server.address, "server_id": settings.server_id,
+         "problems": check_server(server, settings.server_id, role, replicates_from)}
+        for role, server, replicates_from in servers]
     if not any(p.fatal for p in results[0]["problems"]):
         results[0]["problems"] += unmatched_rules(settings)
     return results
