@@ -121,3 +121,11 @@ class LoadError(GateError):
 
 class MaterialiseError(GateError):
     """The output directory is not one materialise may replace."""
+
+
+class MissingSecret(GateError):
+    """An environment variable a column rule takes its key from is not set."""
+
+
+class ColumnRuleRefused(GateError):
+    """A column rule would remove or alter a primary-key column."""
