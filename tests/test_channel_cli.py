@@ -144,7 +144,7 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
         "source": {"address": sandbox.source.address, "user": USER, "password": "***"},
         "standby": {"address": sandbox.standby.address, "user": USER, "password": "***"},
         "server_id": 4242, "allow": ["shop.*", "crm.customer?"], "deny": ["*.audit_log"],
-        "failover_mode": "gtid", "on_divergence": "stop",
+        "failover_mode": "gtid", "on_divergence": "stop", "columns": [],
         "defaults": {"timezone": "Asia/Shanghai", "binary_format": "hex", "writers": 3, "decoders": 2,
                      "batch_rows": 1000, "checkpoint_interval_ms": 100, "standby_sample_seconds": 5.0,
                      "failover_after_seconds": 10.0, "failover_margin_seconds": 5.0, "metrics_port": 0,

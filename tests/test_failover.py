@@ -609,3 +609,12 @@ def test_gtid_lists_per_domain_and_server() -> None:
     assert parse_gtids("0-1-100,0-2-5,1-1-7") == {("0", 1): 100, ("0", 2): 5, ("1", 1): 7}  # a binlog state
     assert parse_gtids("0-2-5, 0-1-100,0-2-3") == {("0", 2): 5, ("0", 1): 100}
     assert parse_gtids(None) == {}
+
+
+def test_a_dedupe_marker_of_an_earlier_gate_is_read() -> None:
+    """A switch in progress when gate was upgraded: the old marker kept a sequence number per domain."""
+    old = ('{"mode": "gtid", "held_gtids": {"0": 172, "1": 5}, "origin_server_id": 201, "margin": 5.0, '
+           '"checkpoint_id": 40, "from_instance": "db1:3306", "sampled_at": 1700000000}')
+    marker = failover.DedupeMarker.from_json(old)
+    assert marker.held_gtids == {"0": [201, 172], "1": [201, 5]}
+    assert failover.DedupeMarker.from_json(marker.to_json()) == marker

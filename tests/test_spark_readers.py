@@ -15,6 +15,7 @@ from click.testing import Result
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from gate.common.columns import ColumnRule
 from gate.common.config import ServerConfig
 from gate.common.errors import LoadError, MaterialiseError
 from gate.devtools.sandbox import Sandbox
@@ -282,6 +283,28 @@ def test_materialise_with_keys_given_and_every_kind_of_ddl(spark: SparkSession, 
     images = image_tables(spark, out, db, {})
     assert images == expected
     assert images["pre"][1][("4",)]["d1"] == "2.50" and images["pre"][1][("4",)]["d2"] == "it's"
+
+
+def test_materialise_images_without_the_excluded_columns(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                          tmp_path: Path) -> None:
+    """Column rules: excluded columns are absent from images and DDL alike, so the image has the others."""
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                      columns=(ColumnRule("exclude", f"{db}.t.secret*"), ColumnRule("mask", f"{db}.t.v")))
+    with sandbox.source.connect() as conn, conn.cursor() as cur, running(dc, unique_name):
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, secret VARCHAR(10), v VARCHAR(10))")
+        cur.execute(f"INSERT INTO {db}.t VALUES (1, 's1', 'a'), (2, 's2', NULL), (3, 's3', 'c')")
+        cur.execute(f"ALTER TABLE {db}.t ADD COLUMN secret2 INT, ADD COLUMN w INT DEFAULT 5")
+        cur.execute(f"UPDATE {db}.t SET id = 10, secret2 = 1, w = 6 WHERE id = 1")
+        cur.execute(f"DELETE FROM {db}.t WHERE id = 3")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    increments = tmp_path / "increments"
+    load(spark, ChannelSource(dc, unique_name), str(increments))
+    out = tmp_path / "images"
+    assert materialise(spark, str(increments), str(out)).tables == {f"{db}.t": 2}
+    assert image_tables(spark, out, db, {}) == {"t": (["id", "v", "w"], {
+        ("10",): {"id": "10", "v": "***", "w": "6"}, ("2",): {"id": "2", "v": None, "w": "5"}})}
 
 
 @pytest.mark.parametrize(("sql", "column", "data_type", "expected"), [

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+import pytest
 
 from gate.common.config import ChannelDefaults
+from gate.common.errors import FailoverError
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from tests.replay import (
     dc_rows,
@@ -285,6 +287,41 @@ def test_failover_between_prepare_and_commit(make_sandbox: Callable[..., Sandbox
     assert got == [(1, 1, src, _new(100)), *((1 + n, 2, standby, _new(n)) for n in (1, 2, 3)),
                    (5, 3, standby, _new(101))]
     assert _pending(box.dc, "xafo") == []
+
+
+def test_fingerprint_failover_over_an_xa_step_stops_loudly(make_sandbox: Callable[..., Sandbox]) -> None:
+    """Fingerprint mode cannot match XA steps: rather than write them twice or drop them, the switch stops
+    with an error that says why and what to do, and the DC keeps exactly what the source gave it."""
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    _setup(box.source, "shop", "t")
+    box.wait_standby_caught_up()
+    defaults = ChannelDefaults(standby_sample_seconds=0.3, failover_after_seconds=2.0, failover_margin_seconds=1.0)
+    dc = make_channel(box.dc, box.source, "xafp", standby=server_config(box.standby), defaults=defaults,
+                      failover_mode="fingerprint")
+    with running(dc, "xafp"):
+        wait_sampled(box.dc, "xafp")
+        time.sleep(2.5)  # the switch resumes at a sample older than the last transaction minus the margin
+        _sql(box.source, _insert("shop", "t", 100))
+        _prepare(box.source, "fp", _insert("shop", "t", 1, 2), at=None)
+        wait_caught_up(box.source, box.dc, "xafp")
+    box.wait_standby_caught_up()
+    box.source.kill()
+    with pytest.raises(FailoverError, match=r"^Channel 'xafp' cannot finish its switch to .*an XA transaction step "
+                                            r"\(PREPARE at .*fingerprint mode cannot tell.*failover_mode gtid\.$"):
+        with running(dc, "xafp"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not _switched(box.dc, "xafp"):
+                time.sleep(0.2)
+            time.sleep(3)
+    assert [(r[0], json.loads(r[7])["NEW"]) for r in dc_rows(box.dc, "xafp")] == [(1, _new(100))]
+    assert len(_pending(box.dc, "xafp")) == 2
+
+
+def _switched(dc: MariaDBServer, channel: str) -> bool:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM gate_switch")
+        return bool(cur.fetchone()[0])
 
 
 def test_source_killed_between_prepare_and_commit(make_sandbox: Callable[..., Sandbox]) -> None:

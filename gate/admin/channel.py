@@ -17,7 +17,9 @@ import dc_schema
 from gate.admin.preflight import Problem, check_server, require_server
 from gate.capture import failover
 from gate.capture.reader import binlog_files, current_position
+from gate.capture.translate import TableFilter
 from gate.common import dc
+from gate.common.columns import ColumnRule, matching
 from gate.common.config import (
     ChannelDefaults,
     Secret,
@@ -28,7 +30,7 @@ from gate.common.config import (
     parse_address,
 )
 from gate.common.dc import ChannelSettings, ResumeState
-from gate.common.errors import ChannelBusy, InvalidIdentifier, InvalidValue
+from gate.common.errors import ChannelBusy, ColumnRuleRefused, InvalidIdentifier, InvalidValue
 
 SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
 MAX_SERVER_ID = 2**32 - 1
@@ -151,6 +153,7 @@ def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
         "deny": list(settings.deny),
         "failover_mode": settings.failover_mode,
         "on_divergence": settings.on_divergence,
+        "columns": [rule.describe() for rule in settings.columns],
         "defaults": asdict(settings.defaults),
         "checkpoint": {"id": resume.id, "tid": resume.tid},
         "resume": {k: v for k, v in asdict(resume).items() if k not in ("id", "tid")},
@@ -221,6 +224,51 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
         settings = replace(settings, allow=_merged(kept_allow, allow), deny=_merged(kept_deny, deny))
         dc.write_settings(conn, settings)
     return settings
+
+
+def set_columns(dc_server: ServerConfig, name: str, rules: list[ColumnRule], clear: bool = False) -> ChannelSettings:
+    """Append column rules (after removing all if ``clear``); nothing given only reads them. A rule hitting
+    a primary-key column of a table on the source (its information_schema) is refused, nothing is stored."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        if not rules and not clear:
+            return settings
+        kept = () if clear else settings.columns
+        new = tuple(dict.fromkeys(kept + tuple(rules)))
+        for db, table, column, key in source_columns(settings):
+            hits = matching(rules, db, table, column)
+            if hits and key:
+                raise ColumnRuleRefused(
+                    f"The column rule {hits[0].describe()} hits {db}.{table}.{column}, a primary-key column on the "
+                    f"source: row images must keep their key to stay identifiable. Nothing was stored; narrow the "
+                    "pattern so it leaves key columns out.")
+        settings = replace(settings, columns=new)
+        dc.write_settings(conn, settings)
+    return settings
+
+
+def source_columns(settings: ChannelSettings) -> list[tuple[str, str, str, bool]]:
+    """Every column of the tables the channel captures, from its source's information_schema:
+    (db, table, column, in the primary key)."""
+    captured = TableFilter(settings.allow, settings.deny)
+    with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
+        cur.execute("SELECT table_schema, table_name, column_name, column_key = 'PRI' FROM information_schema.columns "
+                    "WHERE table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')")
+        return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()
+                if captured.passes(db, table)]
+
+
+def unmatched_rules(settings: ChannelSettings) -> list[Problem]:
+    """A column rule that matches no column of the source's tables (a typo, or a column not there yet)."""
+    if not settings.columns:
+        return []
+    columns = source_columns(settings)
+    return [Problem(f"column rule {rule.describe()}", "matching no column of a captured table on the source",
+                    "a rule that matches a column", "correct the pattern with 'gate channel columns "
+                    f"{settings.name} --clear' and the rules again (harmless if the column is still to come)",
+                    fatal=False)
+            for rule in settings.columns if not any(matching([rule], *c[:3]) for c in columns)]
 
 
 def set_server(dc_server: ServerConfig, name: str, role: str, address: str | None, user: str | None = None,
@@ -333,9 +381,13 @@ def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
     servers: list[tuple[str, ServerConfig, ServerConfig | None]] = [("source", settings.source, None)]
     if settings.standby is not None:
         servers.append(("standby", settings.standby, settings.source))
-    return [{"role": role, "server": server.address, "server_id": settings.server_id,
-             "problems": check_server(server, settings.server_id, role, replicates_from)}
-            for role, server, replicates_from in servers]
+    results: list[dict[str, Any]] = [
+        {"role": role, "server": server.address, "server_id": settings.server_id,
+         "problems": check_server(server, settings.server_id, role, replicates_from)}
+        for role, server, replicates_from in servers]
+    if not any(p.fatal for p in results[0]["problems"]):
+        results[0]["problems"] += unmatched_rules(settings)
+    return results
 
 
 def set_failover(dc_server: ServerConfig, name: str, failover_mode: str | None = None,

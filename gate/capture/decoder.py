@@ -21,6 +21,7 @@ from gate.capture.libshim import Ctl, StreamFormat, fix_library_charsets, raw_pa
 from gate.capture.reader import Rows
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.values import BinaryFormat
+from gate.common.columns import ColumnRule
 from gate.common.errors import DecoderFailed
 from gate.common.process import WorkerPool, start_child
 
@@ -33,6 +34,7 @@ class Job:
     fmt: StreamFormat
     events: list[tuple[str, int, bytes]] = field(default_factory=list)
     tables: list[Any] = field(default_factory=list)  # pymysqlreplication Table objects, pickled with the job
+    rules: tuple[ColumnRule, ...] = ()  # the channel's column rules when the job's first event was read
     nbytes: int = 0
     started: float = field(default_factory=time.monotonic)
     result: list[list[Change]] | None = None  # per event, once decoded
@@ -55,9 +57,10 @@ class Job:
 
 
 
-def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any]],
+def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any], tuple[ColumnRule, ...]],
             translator: Translator) -> list[list[Change]]:
-    _no, fmt, events, tables = job
+    _no, fmt, events, tables, rules = job
+    translator.set_rules(rules)  # the keys of hash rules come from this process's environment, inherited from gate
     ctl = Ctl(fmt)
     out: list[list[Change]] = []
     for optype, key, raw in events:
@@ -97,7 +100,7 @@ class DecoderPool(WorkerPool):
         The job is pickled here: the queue's own pickling, in its feeder thread, would only print an
         error and drop a job that does not pickle, and gate would wait for it for ever."""
         try:
-            message = pickle.dumps((job.no, job.fmt, job.events, job.tables), pickle.HIGHEST_PROTOCOL)
+            message = pickle.dumps((job.no, job.fmt, job.events, job.tables, job.rules), pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise DecoderFailed(f"Job {job.no} of row events cannot be handed to a decoder: {exc!r}") from exc
         self._put(message)

@@ -94,7 +94,13 @@ class DedupeMarker:
 
     @classmethod
     def from_json(cls, text: str) -> DedupeMarker:
-        return cls(**json.loads(text))
+        """Also reads a marker of an earlier gate, which kept only the sequence number per domain: its
+        last GTIDs came from the old source, whose server_id the marker has."""
+        fields = json.loads(text)
+        origin = fields.get("origin_server_id", 0)
+        fields["held_gtids"] = {domain: [origin, last] if isinstance(last, int) else last
+                                for domain, last in fields.get("held_gtids", {}).items()}
+        return cls(**fields)
 
 
 def parse_gtids(gtids: str | None) -> dict[tuple[str, int], int]:
@@ -338,6 +344,14 @@ def without_held(items: Iterator[Item], deduper: Deduper, translator: Translator
                 changes.extend(translator.statement(part))
         gtid = begin.gtid if type(begin) is Begin else None
         server_id = begin.server_id if type(begin) is Begin else 0
+        if deduper.marker.mode == "fingerprint" and (item.xa is not None or (type(begin) is Begin and begin.xid)):
+            raise FailoverError(
+                f"Channel '{settings.name}' cannot finish its switch to {settings.source.address}: the standby's "
+                f"binlog from the switch point holds an XA transaction step ({item.xa[0] if item.xa else 'PREPARE'} "
+                f"at {item.position.describe()}), and fingerprint mode cannot tell whether the DC holds it (XA rows "
+                "are numbered at their commit, not where the binlog has them). Nothing was written. Set a start "
+                f"position on the standby after the transactions the DC holds ('gate channel set-position "
+                f"{settings.name} ...') and run again; for sources with XA transactions use failover_mode gtid.")
         if not deduper.held(gtid, server_id, first_time, changes):
             break
         skipped += 1

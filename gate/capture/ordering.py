@@ -34,6 +34,7 @@ from gate.capture.libshim import StreamFormat
 from gate.capture.reader import Commit, Position, Rows
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.translate import Change
+from gate.common.columns import ColumnRule
 from gate.common.dc import ResumeState
 
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
@@ -132,6 +133,13 @@ class Ordering:
         self._xid: str | None = None  # the XA PREPARE group being applied
         self._unstored: list[tuple[Change, int]] = []  # its changes not stored yet, with their source time
         self._stored = 0  # how many of its changes are stored
+        self.rules: tuple[ColumnRule, ...] = ()  # the column rules new jobs carry to the decoders
+
+    def set_rules(self, rules: tuple[ColumnRule, ...]) -> None:
+        """Column rules for the row events read from now on (the job being filled goes with the old ones)."""
+        if rules != self.rules:
+            self._send()
+            self.rules = rules
 
     @property
     def waiting(self) -> int:
@@ -146,7 +154,7 @@ class Ordering:
             self._send()
         if self._job is None:
             self._jobs += 1
-            self._job, self._job_stream = Job(self._jobs, self.job_format(stream)), stream
+            self._job, self._job_stream = Job(self._jobs, self.job_format(stream), rules=self.rules), stream
         self._ops.append(RowsOp(self._job, self._job.add(item), item.event.timestamp))
         if self._job.nbytes >= self.job_bytes:
             self._send()

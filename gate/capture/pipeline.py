@@ -42,6 +42,7 @@ from gate.capture.reader import (
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool
+from gate.common.columns import rule_keys
 from gate.common.config import ServerConfig
 from gate.common.dc import (
     ChannelSettings,
@@ -242,6 +243,7 @@ class Pipeline:
     def _run(self) -> RunStats:
         while True:
             settings = read_settings(self._ctl_conn(), self.channel)
+            rule_keys(settings.columns)  # a hash rule's key missing from the environment: refuse to start
             self._serve_metrics(settings)
             if self.preflight:
                 from gate.admin.preflight import require_channel
@@ -310,7 +312,8 @@ class Pipeline:
             translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
                                     TableFilter(settings.allow, settings.deny),
                                     describe_columns(source, retry_for, self._stopping),
-                                    lambda: f"{reader.stream.log_file}:{reader.stream.log_pos}")
+                                    lambda: f"{reader.stream.log_file}:{reader.stream.log_pos}",
+                                    settings.columns)
             marker = read_marker(self._ctl_conn(), self.channel)
             items: Iterator[Item] = iter(reader)
             if marker is not None:
@@ -364,6 +367,7 @@ class Pipeline:
                             PreparedInDC(self, checkpointer, pool))
         metrics, stage = self.metrics, self.metrics.stage
         assert stage is not None
+        ordering.set_rules(translator.rules)
         next_progress = time.monotonic() + PROGRESS_EVERY
         next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
@@ -371,11 +375,13 @@ class Pipeline:
             if type(item) is Rows:
                 if translator.filter.passes(item.event.schema, item.event.table):
                     translator.check_image(item)
+                    translator.check_rules(item)
                     ordering.rows(item, reader.stream)
             elif type(item) is Begin:
                 if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
                     next_filter = time.monotonic() + FILTER_EVERY
                     self._reread_filter(translator, reader.boundary.describe())
+                    ordering.set_rules(translator.rules)
                 ordering.begin(item.xid)
             elif type(item) is Commit:
                 self.stats.transactions += 1
@@ -417,7 +423,8 @@ class Pipeline:
                 time.sleep(0.5)
 
     def _reread_filter(self, translator: Translator, at: str) -> None:
-        """Apply the channel's allow and deny lists as stored now ('gate channel filter' while gate runs)."""
+        """Apply the channel's allow and deny lists and column rules as stored now ('gate channel filter' or
+        'gate channel columns' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
         try:
             settings = read_settings(self._ctl_conn(), self.channel)
         except (GateError, pymysql.err.Error) as exc:
@@ -428,6 +435,10 @@ class Pipeline:
             translator.filter = new
             log.info("channel %s: filter changed to allow %s, deny %s (was allow %s, deny %s); applied from %s on",
                      self.channel, list(new.allow), list(new.deny), list(old.allow), list(old.deny), at)
+        if settings.columns != translator.rules:
+            translator.set_rules(settings.columns)
+            log.info("channel %s: column rules changed to %s; applied from %s on", self.channel,
+                     [rule.describe() for rule in settings.columns] or "none", at)
 
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         before = checkpointer.state

@@ -18,7 +18,8 @@ from typing import Any, NoReturn
 from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
 from gate.capture.reader import Rows, Statement
 from gate.capture.values import BinaryFormat, ImageRenderer
-from gate.common.errors import PartialRowImage, StatementFormatChange
+from gate.common.columns import ColumnRule, Transform, chain, matching, rule_keys
+from gate.common.errors import ColumnRuleRefused, PartialRowImage, StatementFormatChange
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,45 @@ class Translator:
     """Turns row events and DDL statements into :data:`Change` tuples, in binlog order."""
 
     def __init__(self, tz: tzinfo, binary_format: BinaryFormat, table_filter: TableFilter,
-                 describe: ColumnDescriber | None = None, position: Callable[[], str] = lambda: "unknown") -> None:
+                 describe: ColumnDescriber | None = None, position: Callable[[], str] = lambda: "unknown",
+                 rules: Sequence[ColumnRule] = ()) -> None:
         self.tz = tz
         self.binary_format = binary_format
         self.filter = table_filter
         self.describe = describe
         self.position = position  # the binlog position of the event being translated, for error messages
         self._renderers: dict[int, tuple[Any, ImageRenderer]] = {}  # id(table) -> (table, its renderer)
+        self._checked: dict[int, Any] = {}  # id(table) -> table whose key columns the rules were checked against
+        self.rules: tuple[ColumnRule, ...] = ()
+        self._keys: dict[str, bytes] = {}
+        self.set_rules(rules)
+
+    def set_rules(self, rules: Sequence[ColumnRule]) -> None:
+        """Apply these column rules from the next row event on (their keys are read from the environment)."""
+        rules = tuple(rules)
+        if rules != self.rules:
+            self._keys = rule_keys(rules)
+            self.rules = rules
+            self._renderers.clear()
+            self._checked.clear()
+
+    def _treatments(self, event: Any) -> list[tuple[bool, Transform | None]]:
+        """Per column of a row event's table map: (excluded, value transform); a rule on a key column is refused."""
+        treatments: list[tuple[bool, Transform | None]] = []
+        for column in event.columns:
+            hits = matching(self.rules, event.schema, event.table, column.name)
+            if hits and column.is_primary:
+                self._refuse_key_rule(event.schema, event.table, column.name, hits[0])
+            excluded = any(rule.kind == "exclude" for rule in hits)
+            treatments.append((excluded, None if excluded else chain(hits, self._keys)))
+        return treatments
+
+    def _refuse_key_rule(self, db: str, table: str, column: str, rule: ColumnRule) -> NoReturn:
+        raise ColumnRuleRefused(
+            f"The column rule {rule.describe()} hits {db}.{table}.{column}, a primary-key column (seen at binlog "
+            f"position {self.position()}): row images must keep their key to stay identifiable, so gate stops "
+            "rather than write them. Narrow or remove the rule ('gate channel columns NAME --clear', then add the "
+            "rules back without this column) and start gate again.")
 
     def _renderer(self, event: Any) -> ImageRenderer:
         """One renderer per TableMap (the library makes a new Table object for each). Kept here, not on
@@ -90,7 +123,8 @@ class Translator:
             return known[1]
         if len(self._renderers) >= 64:
             self._renderers.clear()
-        renderer = ImageRenderer(event.columns, self.tz, self.binary_format)
+        treatments = self._treatments(event) if self.rules else ()
+        renderer = ImageRenderer(event.columns, self.tz, self.binary_format, treatments)
         self._renderers[id(table)] = (table, renderer)
         return renderer
 
@@ -107,6 +141,18 @@ class Translator:
             "binlog_row_image to MINIMAL or NOBLOB (the global value may be FULL). Run SET GLOBAL "
             "binlog_row_image = 'FULL' (and binlog_row_image = FULL under [mysqld] in my.cnf) and keep "
             f"applications from setting it per session. {_MOVE_ON}")
+
+    def check_rules(self, item: Rows) -> None:
+        """Refuse a row event whose table map shows a column rule hitting a primary-key column (checked
+        once per table map, in the reader's process, before any of its rows is written)."""
+        event = item.event
+        table = event.table_map[event.table_id]
+        if not self.rules or self._checked.get(id(table)) is table:
+            return
+        if len(self._checked) >= 64:
+            self._checked.clear()
+        self._treatments(event)
+        self._checked[id(table)] = table
 
     def rows(self, item: Rows) -> Sequence[Change]:
         event = item.event
@@ -140,7 +186,44 @@ class Translator:
         for change in captured_changes:
             if change.data.get("SELECT"):  # in row format the binlog has a plain CREATE TABLE and the rows
                 self._refuse_statement_dml("CREATE TABLE ... SELECT", [(change.dbname, change.tablename)])
-        return [(c.dbname, c.tablename, c.optype, dumps(c.data)) for c in captured_changes]
+        return [(c.dbname, c.tablename, c.optype, dumps(self._ruled(c) if self.rules else c.data))
+                for c in captured_changes]
+
+    def _ruled(self, change: DdlChange) -> dict[str, Any]:
+        """A CREATETABLE or ALTERTABLE payload without the columns the rules exclude (others pass as they are)."""
+        if change.optype not in ("CREATETABLE", "ALTERTABLE"):
+            return change.data
+        db, table = change.dbname, change.tablename
+
+        def excluded(name: str) -> bool:
+            return any(rule.kind == "exclude" for rule in matching(self.rules, db, table, name))
+
+        data = dict(change.data)
+        if "NEW" in data:
+            for column in data["NEW"]:
+                hits = matching(self.rules, db, table, column["field_name"])
+                if hits and column.get("primary_key") == "Yes":
+                    self._refuse_key_rule(db, table, column["field_name"], hits[0])
+            data["NEW"] = [column for column in data["NEW"] if not excluded(column["field_name"])]
+        added = [c for c in data.get("ADDCOLUMN", ()) if not excluded(c["field_name"])]
+        dropped = [name for name in data.get("DROPCOLUMN", ()) if not excluded(name)]
+        changed = []
+        for c in data.get("CHANGECOLUMN", ()):  # a rename across a rule's pattern adds or drops the column
+            old, new = excluded(c["origin_field_name"]), excluded(c["field_name"])
+            if old and not new:
+                added.append({"field_name": c["field_name"], "data_type": c["data_type"]})
+            elif new and not old:
+                dropped.append(c["origin_field_name"])
+            elif not old:
+                changed.append(c)
+        for key, entries in (("ADDCOLUMN", added), ("DROPCOLUMN", dropped), ("CHANGECOLUMN", changed)):
+            if entries:
+                data[key] = entries
+            else:
+                data.pop(key, None)
+        if "SQL" in data:  # last, as in every statement payload
+            data["SQL"] = data.pop("SQL")
+        return data
 
     def _captured(self, change: DdlChange) -> bool:
         """Whether the change is about a captured table; a rename also when it gives a captured name."""

@@ -33,11 +33,13 @@ from collections.abc import Callable, Sequence
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses for strings
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import RowsEvent
+
+from gate.common.columns import Transform
 
 BinaryFormat = Literal["base64", "hex"]
 Renderer = Callable[[Any], str]
@@ -280,17 +282,54 @@ def column_renderer(
     raise ValueError(f"column {column.name!r}: MySQL type {t} has no renderer")
 
 
+def _binary_padding(column: Column) -> int | None:
+    """For a column whose values arrive as bytes, the length BINARY(n) pads them to (0: none); else None."""
+    t = column.type
+    if t == FIELD_TYPE.GEOMETRY:
+        return 0
+    if t not in _STRING_TYPES or not _comes_as_bytes(column):
+        return None
+    return column.max_length if t == FIELD_TYPE.STRING and column.character_set_name == "binary" else 0
+
+
+def transformed_renderer(column: Column, change: Transform, tz: tzinfo = _UTC,
+                         binary_format: BinaryFormat = "base64") -> tuple[Renderer, str | None]:
+    """:func:`column_renderer` with a column rule's ``change`` applied: to the text, or for a binary column
+    to the bytes before their encoding (a result still bytes is then encoded)."""
+    render, zero = column_renderer(column, tz, binary_format)
+    if zero is not None:
+        zero = cast(str, change(zero))
+    pad_to = _binary_padding(column)
+    if pad_to is None:
+        return (lambda v: cast(str, change(render(v)))), zero
+    encode = _ENCODERS[binary_format]
+
+    def render_bytes(v: Any) -> str:
+        out = change((v or b"").ljust(pad_to, b"\0"))
+        return encode(out) if isinstance(out, bytes) else out
+
+    return render_bytes, zero
+
+
 class ImageRenderer:
     """Renders row images of one table map; build once per TableMapEvent / table_id."""
 
     __slots__ = ("_plan", "_json_plan")
 
-    def __init__(self, columns: Sequence[Column], tz: tzinfo = _UTC, binary_format: BinaryFormat = "base64") -> None:
+    def __init__(self, columns: Sequence[Column], tz: tzinfo = _UTC, binary_format: BinaryFormat = "base64",
+                 treatments: Sequence[tuple[bool, Transform | None]] = ()) -> None:
+        """``treatments``, when given, holds per column (excluded, value transform) from its column rules."""
         if binary_format not in _ENCODERS:
             raise ValueError(f"binary_format must be 'base64' or 'hex', not {binary_format!r}")
         plan: list[tuple[str, Renderer, str | None]] = []
         for i, column in enumerate(columns):
-            render, zero = column_renderer(column, tz, binary_format)
+            excluded, change = treatments[i] if treatments else (False, None)
+            if excluded:
+                continue
+            if change is None:
+                render, zero = column_renderer(column, tz, binary_format)
+            else:
+                render, zero = transformed_renderer(column, change, tz, binary_format)
             # the key the library files the value under (names are missing only without FULL metadata)
             plan.append((column.name or f"UNKNOWN_COL{i}", render, zero))
         self._plan: tuple[tuple[str, Renderer, str | None], ...] = tuple(plan)

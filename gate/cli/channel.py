@@ -10,6 +10,7 @@ import click
 from gate.admin import channel as channels
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
+from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
 
 # --- channels ----------------------------------------------------------------------------------
@@ -178,6 +179,46 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     settings = channels.set_filter(app.dc, name, allow, deny, clear)
     data = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
     app.emit(data, pairs(data))
+
+
+@channel.command(name="columns")
+@click.argument("name")
+@click.option("--exclude", multiple=True, metavar="PATTERN", help="leave db.table.column out of every image (repeatable)")
+@click.option("--mask", multiple=True, metavar="PATTERN", help=f"write {MASK} for its values (repeatable)")
+@click.option("--hash", "hash_", multiple=True, metavar="PATTERN",
+              help="write the hex HMAC-SHA-256 of its values, keyed with --hash-key-env (repeatable)")
+@click.option("--hash-key-env", metavar="VAR", help="environment variable holding the HMAC key of the --hash rules")
+@click.option("--truncate", multiple=True, metavar="PATTERN=N",
+              help="keep the first N characters of its values (bytes for binary columns) (repeatable)")
+@click.option("--clear", is_flag=True, help="remove every rule first")
+@pass_app
+def columns(app: App, name: str, exclude: tuple[str, ...], mask: tuple[str, ...], hash_: tuple[str, ...],
+            hash_key_env: str | None, truncate: tuple[str, ...], clear: bool) -> None:
+    """Exclude, mask, hash or truncate columns before they reach the DC.
+
+    Patterns are db.table.column with the wildcards * and ? of table patterns. Rules are kept in order
+    (--exclude, then --mask, --hash, --truncate as given, after the existing ones) and every rule
+    matching a column applies to it in that order; an excluded column is absent from the row images
+    and from CREATETABLE/ALTERTABLE payloads. --mask writes *** for the value; --hash writes the
+    lowercase hex HMAC-SHA-256 of the value (its UTF-8 text, or its bytes for binary columns), keyed
+    with the contents of the environment variable --hash-key-env names: gate stores only the
+    variable's name, and 'gate run' refuses to start without it. --truncate keeps the first N
+    characters (bytes for binary columns, before base64/hex). NULL stays NULL. A rule may not hit a
+    primary-key column: it is refused here (from the source's information_schema) and by 'gate run'.
+    With no option the rules are only shown. A running gate applies new rules from its next
+    transaction on; rows already in the DC stay as they are.
+
+    Example:
+
+    \b
+        export GATE_HASH_KEY=...
+        gate channel columns shop --exclude 'shop.users.password_hash' --hash 'shop.*.email' --hash-key-env GATE_HASH_KEY
+        gate channel columns shop --mask 'shop.users.phone' --truncate 'shop.docs.body=200'
+    """
+    rules = parse_rules(exclude, mask, hash_, hash_key_env, truncate)
+    settings = channels.set_columns(app.dc, name, rules, clear)
+    data = {"channel": name, "columns": [rule.as_row() for rule in settings.columns]}
+    app.emit(data, "\n".join([rule.describe() for rule in settings.columns] or [f"channel {name}: no column rules"]))
 
 
 @channel.command(name="set-position")

@@ -14,6 +14,7 @@ from typing import Any
 import pymysql
 
 import dc_schema
+from gate.common.columns import ColumnRule
 from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier
 from gate.common.errors import (
     ChannelExists,
@@ -66,6 +67,7 @@ class ChannelSettings:
     deny: tuple[str, ...] = ()
     failover_mode: str = "gtid"
     on_divergence: str = "stop"
+    columns: tuple[ColumnRule, ...] = ()
     defaults: ChannelDefaults = field(default_factory=ChannelDefaults)
 
     def as_rows(self) -> dict[str, Any]:
@@ -78,6 +80,7 @@ class ChannelSettings:
             "deny": list(self.deny),
             "failover_mode": self.failover_mode,
             "on_divergence": self.on_divergence,
+            "columns": [rule.as_row() for rule in self.columns],
         }
         rows.update(asdict(self.defaults))
         return rows
@@ -95,6 +98,7 @@ class ChannelSettings:
             deny=tuple(rows.get("deny", ())),
             failover_mode=rows.get("failover_mode", "gtid"),
             on_divergence=rows.get("on_divergence", "stop"),
+            columns=tuple(ColumnRule.from_row(row) for row in rows.get("columns", ())),
             defaults=defaults,
         )
 

@@ -127,3 +127,11 @@ class MetricsPortBusy(GateError):
     """The address and port chosen for gate run's metrics and health endpoints cannot be listened on."""
 
     exit_code = 2
+
+
+class MissingSecret(GateError):
+    """An environment variable a column rule takes its key from is not set."""
+
+
+class ColumnRuleRefused(GateError):
+    """A column rule would remove or alter a primary-key column."""

@@ -66,6 +66,7 @@ from workloads import (
     load_mixed,
 )
 
+from gate.common.columns import ColumnRule
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel, write_start_position
 from gate.devtools.sandbox import MariaDBServer, Sandbox
@@ -131,11 +132,16 @@ def baseline(source: MariaDBServer, start: Position, end: Position, repeat: int 
 
 # --- gate as a separate process ---------------------------------------------------------------
 
+# --column-rules: three rules on each 20-column table of workload (b); the key is the benchmark's own
+BENCH_RULES = (ColumnRule("exclude", "bench_b.*.c_blob"), ColumnRule("hash", "bench_b.*.c_vc", key_env="GATE_BENCH_KEY"),
+               ColumnRule("truncate", "bench_b.*.c_text", length=20))
+
+
 def new_channel(dc: MariaDBServer, source: MariaDBServer, name: str, start: Position | None,
-                defaults: ChannelDefaults, allow: tuple[str, ...]) -> None:
+                defaults: ChannelDefaults, allow: tuple[str, ...], columns: tuple[ColumnRule, ...] = ()) -> None:
     with connect(server_config(dc), "DC") as conn:
         create_channel(conn, ChannelSettings(name, server_config(source), server_id=4242, allow=allow,
-                                             defaults=defaults))
+                                             columns=columns, defaults=defaults))
         if start is not None:
             with conn.cursor() as cur:
                 write_start_position(cur, name, start[0], start[1], None, source.address)
@@ -218,9 +224,10 @@ class GateProcess:
 
 def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: int, workdir: Path,
              defaults: ChannelDefaults, allow: tuple[str, ...], timeout: float,
-             profile_dir: Path | None = None, py_spy: Path | None = None) -> dict[str, Any]:
+             profile_dir: Path | None = None, py_spy: Path | None = None,
+             columns: tuple[ColumnRule, ...] = ()) -> dict[str, Any]:
     """gate over [start, end): rows/s from Pipeline.run() to the checkpoint reaching ``end``."""
-    new_channel(box.dc, box.source, channel, start, defaults, allow)
+    new_channel(box.dc, box.source, channel, start, defaults, allow, columns)
     poller = CheckpointPoller(box.dc, channel, end)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
@@ -404,7 +411,19 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         if spy is not None:
             print(f"[{key}] py-spy output in {spy}")
     gate = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]  # the median run
+    ruled = None
+    if args.column_rules and key == "b":
+        os.environ.setdefault("GATE_BENCH_KEY", "bench-only-key")  # the gate runner inherits it
+        if args.wait_quiet:
+            wait_quiet(args.wait_quiet)
+        ruled = run_gate(box, f"bench_{key}_rules", start, end, changed, workdir, defaults, (f"{db}.*",),
+                         timeout=max(300.0, changed / 1000), columns=BENCH_RULES)
+        print(f"[{key}] gate with {len(BENCH_RULES)} column rules: {ruled['rows']} rows in {ruled['seconds']:.2f} s "
+              f"= {ruled['rows_per_s']:,.0f} rows/s (steady {ruled['steady_rows_per_s'] or 0:,.0f}) against "
+              f"{gate['rows_per_s']:,.0f} rows/s without; decoder CPU {ruled['cpu_us_per_row'].get('decoder', 0)} "
+              f"us/row against {gate['cpu_us_per_row'].get('decoder', 0)} without", flush=True)
     return {
+        "gate_with_column_rules": ruled,
         "workload": title, "key": key, "rows": changed, "load_rows_per_s": changed / load_s,
         "loadavg_1m_before": load1, "baseline": base, "gate": gate, "gate_runs": runs,
         "ratio": gate["rows_per_s"] / base["rows_per_s"],
@@ -430,6 +449,8 @@ def main() -> int:
     parser.add_argument("--py-spy", choices=["a", "b", "c"], help="py-spy record gate on this workload")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before each measurement wait up to SECONDS for the machine to be nearly idle")
+    parser.add_argument("--column-rules", action="store_true",
+                        help="workload (b) also with 3 column rules (exclude, hash, truncate), same range")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
