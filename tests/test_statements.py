@@ -151,27 +151,35 @@ def test_statements_that_may_hold_a_password_are_logged_by_kind_only(sandbox: Sa
         "no row for a statement of kind DROP USER"]
 
 
-def event_end(server: MariaDBServer, event_type: str, info: str) -> str:
-    """``file:end position`` of the last binlog event of that type whose text contains info."""
+def event_end(server: MariaDBServer, event_type: str, info: str, after: tuple[str, int]) -> str:
+    """``file:end position`` of the first binlog event of that type whose text contains info, from ``after``
+    (a SHOW MASTER STATUS taken before the statement ran) on."""
+    file, start = after
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' FROM {start}")
+        ends = [end for _f, _p, kind, _s, end, text in cur.fetchall() if kind.startswith(event_type) and info in text]
+    return f"{file}:{ends[0]}"
+
+
+def master_status(server: MariaDBServer) -> tuple[str, int]:
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
-        file = cur.fetchone()[0]
-        cur.execute(f"SHOW BINLOG EVENTS IN '{file}'")
-        ends = [end for _f, _p, kind, _s, end, text in cur.fetchall() if kind.startswith(event_type) and info in text]
-    return f"{file}:{ends[-1]}"
+        file, pos = cur.fetchone()[:2]
+    return file, int(pos)
 
 
 def run_until_refused(sandbox: Sandbox, channel: str, tmp_path: Path, before: list[str], refused: list[str],
-                      db: str) -> str:
+                      db: str) -> tuple[str, tuple[str, int]]:
     """Run gate; once it has the rows of ``before``, run ``refused`` on the source: gate must stop by itself
-    with exit status 1. Returns its log."""
+    with exit status 1. Returns its log and the source's binlog position before ``refused``."""
     gate = start_gate(tmp_path, sandbox.dc, channel)
     wait_running(sandbox.dc, channel, gate)
     execute(sandbox.source, *before, db=db)
     wait_caught_up(sandbox.source, sandbox.dc, channel)
+    at = master_status(sandbox.source)
     execute(sandbox.source, *refused, db=db)
     assert gate.wait(timeout=30) == 1
-    return (tmp_path / f"{channel}.log").read_text()
+    return (tmp_path / f"{channel}.log").read_text(), at
 
 
 MOVE_ON = ("The change itself cannot be captured from this binlog: copy the table's current rows to the consumers "
@@ -192,7 +200,7 @@ def test_statement_format_dml_on_a_captured_table_stops_gate(sandbox: Sandbox, u
     execute(sandbox.source, f"CREATE DATABASE {db}", f"CREATE TABLE {db}.cap (id INT PRIMARY KEY, v INT)",
             f"CREATE TABLE {db}.other (id INT PRIMARY KEY, v INT)")
     make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.cap*",), server_id=next(_server_ids))
-    log = run_until_refused(
+    log, at = run_until_refused(
         sandbox, unique_name, tmp_path,
         ["SET SESSION binlog_format = 'STATEMENT'",
          "INSERT INTO other VALUES (1, 1)", "UPDATE other SET v = 2",  # excluded: no error
@@ -200,7 +208,7 @@ def test_statement_format_dml_on_a_captured_table_stops_gate(sandbox: Sandbox, u
         ["SET SESSION binlog_format = 'STATEMENT'", statement,
          "SET SESSION binlog_format = 'ROW'", "INSERT INTO cap VALUES (2, 2)"],
         db=db)
-    position = event_end(sandbox.source, "Query", statement)
+    position = event_end(sandbox.source, "Query", statement, at)
     assert (f"error: {db}.{table} changed by a statement ({kind}) logged as text at binlog position "
             f"{position} (the end of its event): gate needs the rows and cannot rebuild them from a statement. A "
             "session set binlog_format to STATEMENT or MIXED (the global value may be ROW). Run SET GLOBAL "
@@ -218,9 +226,9 @@ def test_partial_row_images_stop_gate(sandbox: Sandbox, unique_name: str, tmp_pa
     for image, update in (("MINIMAL", "UPDATE t SET v = 2"), ("NOBLOB", "UPDATE t SET v = 3")):
         channel = f"{unique_name[:40]}_{image}"
         make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.t",), server_id=next(_server_ids))
-        log = run_until_refused(sandbox, channel, tmp_path, [f"INSERT INTO t VALUES ({len(image)}, 2, 'y')"],
+        log, at = run_until_refused(sandbox, channel, tmp_path, [f"INSERT INTO t VALUES ({len(image)}, 2, 'y')"],
                                 [f"SET SESSION binlog_row_image = '{image}'", update], db=db)
-        position = event_end(sandbox.source, "Update_rows", "")
+        position = event_end(sandbox.source, "Update_rows", "", at)
         assert (f"error: A row event of {db}.t ending at binlog position {position} has a partial row image: some "
                 "columns are missing, and gate would have to write them as NULL. A session set binlog_row_image "
                 "to MINIMAL or NOBLOB (the global value may be FULL). Run SET GLOBAL binlog_row_image = 'FULL' "
