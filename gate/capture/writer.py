@@ -41,21 +41,16 @@ STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting fo
 log = logging.getLogger(__name__)
 
 
-def _dc_session(server: ServerConfig, database: str) -> pymysql.Connection:
+def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int]:
+    """A writer's DC session, and its max_allowed_packet (the server's global value when it opened)."""
     conn = connect(server, "DC", database, autocommit=False)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SELECT @@SESSION.sql_mode")
-        modes = [m for m in one_row(cur)[0].split(",") if m and m != "NO_BACKSLASH_ESCAPES"]
+        cur.execute("SELECT @@SESSION.sql_mode, @@SESSION.max_allowed_packet")
+        sql_mode, max_packet = one_row(cur)
+        modes = [m for m in sql_mode.split(",") if m and m != "NO_BACKSLASH_ESCAPES"]
         cur.execute("SET SESSION sql_mode = %s", (",".join(modes),))  # _literal escapes with backslashes
-    return conn
-
-
-def _max_packet(conn: pymysql.Connection) -> int:
-    """The session's max_allowed_packet: the server's global value when the connection was opened."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@SESSION.max_allowed_packet")
-        return int(one_row(cur)[0])
+    return conn, int(max_packet)
 
 
 def _literal(text: str) -> str:
@@ -170,8 +165,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
     conn: pymysql.Connection | None = None
     max_packet = LARGEST_PACKET
     try:  # connect now, not when the first chunk is already waiting
-        conn = _dc_session(server, database)
-        max_packet = _max_packet(conn)
+        conn, max_packet = _dc_session(server, database)
     except (pymysql.err.Error, ConnectionFailed, OSError):
         conn = None  # the first chunk retries
     while True:
@@ -188,8 +182,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         while True:
             try:
                 if conn is None:
-                    conn = _dc_session(server, database)
-                    max_packet = _max_packet(conn)
+                    conn, max_packet = _dc_session(server, database)
                     if attempt and _landed(conn, rows):
                         break
                 _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}")
