@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 from fnmatch import fnmatchcase
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
 from gate.capture.reader import Rows, Statement
@@ -70,6 +70,22 @@ class TableFilter:
         return verdict
 
 
+T = TypeVar("T")
+
+
+def _per_table_map(cache: dict[int, tuple[Any, T]], event: Any, build: Callable[[], T]) -> T:
+    """``build()`` once per TableMap of ``event`` (the library makes a new Table object for each, so its
+    identity tells a new one; at most 64 are kept)."""
+    table = event.table_map[event.table_id]
+    known = cache.get(id(table))
+    if known is not None and known[0] is table:
+        return known[1]
+    if len(cache) >= 64:
+        cache.clear()
+    value = build()
+    cache[id(table)] = (table, value)
+    return value
+
 class Translator:
     """Turns row events and DDL statements into :data:`Change` tuples, in binlog order."""
 
@@ -82,7 +98,7 @@ class Translator:
         self.describe = describe
         self.position = position  # the binlog position of the event being translated, for error messages
         self._renderers: dict[int, tuple[Any, ImageRenderer]] = {}  # id(table) -> (table, its renderer)
-        self._checked: dict[int, Any] = {}  # id(table) -> table whose key columns the rules were checked against
+        self._checked: dict[int, tuple[Any, object]] = {}  # the table maps the rules were checked against
         self.rules: tuple[ColumnRule, ...] = ()
         self._keys: dict[str, bytes] = {}
         self.set_rules(rules)
@@ -117,16 +133,8 @@ class Translator:
     def _renderer(self, event: Any) -> ImageRenderer:
         """One renderer per TableMap (the library makes a new Table object for each). Kept here, not on
         the library's Table, which the reader's process pickles for the decoders (renderers do not pickle)."""
-        table = event.table_map[event.table_id]
-        known = self._renderers.get(id(table))
-        if known is not None and known[0] is table:
-            return known[1]
-        if len(self._renderers) >= 64:
-            self._renderers.clear()
-        treatments = self._treatments(event) if self.rules else ()
-        renderer = ImageRenderer(event.columns, self.tz, self.binary_format, treatments)
-        self._renderers[id(table)] = (table, renderer)
-        return renderer
+        return _per_table_map(self._renderers, event, lambda: ImageRenderer(
+            event.columns, self.tz, self.binary_format, self._treatments(event) if self.rules else ()))
 
     def check_image(self, item: Rows) -> None:
         """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""
@@ -145,14 +153,8 @@ class Translator:
     def check_rules(self, item: Rows) -> None:
         """Refuse a row event whose table map shows a column rule hitting a primary-key column (checked
         once per table map, in the reader's process, before any of its rows is written)."""
-        event = item.event
-        table = event.table_map[event.table_id]
-        if not self.rules or self._checked.get(id(table)) is table:
-            return
-        if len(self._checked) >= 64:
-            self._checked.clear()
-        self._treatments(event)
-        self._checked[id(table)] = table
+        if self.rules:
+            _per_table_map(self._checked, item.event, lambda: self._treatments(item.event))
 
     def rows(self, item: Rows) -> Sequence[Change]:
         event = item.event
