@@ -55,8 +55,6 @@ class Job:
         return len(self.events) - 1
 
 
-
-
 def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any], tuple[ColumnRule, ...]],
             translator: Translator) -> list[list[Change]]:
     _no, fmt, events, tables, rules = job

@@ -136,10 +136,10 @@ def raw_packet(event: Any) -> bytes:
     return event.packet.packet._data
 
 
-def rebuild_rows_event(raw: bytes, table: Any, fmt: StreamFormat, ctl: Ctl | None = None) -> Any:
+def rebuild_rows_event(raw: bytes, table: Any, fmt: StreamFormat, ctl: Ctl) -> Any:
     """The library's row event for ``raw`` (see :func:`raw_packet`) of ``table``'s table map."""
     wrapper = BinLogPacketWrapper(
-        MysqlPacket(raw, None), {table.table_id: table}, ctl or Ctl(fmt), fmt.mysql_version, fmt.use_checksum,
+        MysqlPacket(raw, None), {table.table_id: table}, ctl, fmt.mysql_version, fmt.use_checksum,
         ROW_EVENT_CLASSES, None, None, None, None, False, False, False, fmt.optional_meta_data, False, False,
         fmt.post_header_lengths)
     return wrapper.event

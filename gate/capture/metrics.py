@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gate.capture.checkpoint import Checkpointer
 from gate.common.dc import ResumeState
 from gate.common.errors import MetricsPortBusy
 
@@ -49,13 +50,22 @@ class Source(Protocol):
 
 @dataclass
 class Stage:
-    """What one run on one source has going: the reader, the checkpointer's state, the two pools."""
+    """What one run on one source has going: the reader, the two pools and the checkpointer."""
 
     reader: Source
     decoders: Queue
     writers: Queue
-    checkpoint: ResumeState
-    pending: int = 0  # chunks dispatched whose checkpoint has not been stored
+    checkpointer: Checkpointer
+
+    @property
+    def checkpoint(self) -> ResumeState:
+        """The checkpoint last stored in the DC."""
+        return self.checkpointer.state
+
+    @property
+    def pending(self) -> int:
+        """Chunks dispatched whose checkpoint has not been stored."""
+        return self.checkpointer.pending
 
 
 def _build_version() -> str:
@@ -111,8 +121,6 @@ class RunMetrics:
 
     def checkpointed(self, state: ResumeState) -> None:
         self.progress_at = time.monotonic()
-        if self.stage is not None:
-            self.stage.checkpoint = state
         if state.event_time:
             self._visible.observe(max(0.0, time.time() - state.event_time))
 

@@ -254,6 +254,8 @@ class Ordering:
             while batch := self.prepared.read(xid, seq, self.batch_rows):
                 seq = batch[-1][0]
                 self._number([change for _seq, change in batch], timestamp)
+                if len(batch) < self.batch_rows:
+                    break  # the last batch: no read that finds nothing (only gate writes the table)
             if not seq:
                 log.info("XA COMMIT %s: no stored changes (its tables are filtered out, or its XA PREPARE lies "
                          "before the channel's start position)", xid)

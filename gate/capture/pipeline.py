@@ -1,4 +1,4 @@
-"""``gate run``: reader -> translate -> sequencer -> writers -> checkpointer, for one channel.
+"""``gate run`` for one channel: reader -> translate/decoders -> ordering -> sequencer -> writers -> checkpoint.
 
 Start-up makes the DC consistent before reading: it takes the channel's lock (one gate per
 channel), removes rows above the checkpoint (a crashed run may have left a partial transaction
@@ -335,7 +335,7 @@ class Pipeline:
                  defaults.writers, f", standby {settings.standby.address}" if settings.standby else "")
         if sampler is not None:
             sampler.start()
-        self.metrics.begin(Stage(reader, decoders, pool, state))
+        self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
         self.stats.started = time.monotonic()
         clean = abandoned = False
         try:
@@ -365,8 +365,7 @@ class Pipeline:
 
         ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows,
                             PreparedInDC(self, checkpointer, pool))
-        metrics, stage = self.metrics, self.metrics.stage
-        assert stage is not None
+        metrics = self.metrics
         ordering.set_rules(translator.rules)
         next_progress = time.monotonic() + PROGRESS_EVERY
         next_filter = time.monotonic() + FILTER_EVERY
@@ -403,7 +402,6 @@ class Pipeline:
             if self._stopping.is_set():
                 break
             metrics.loop_at = now = time.monotonic()
-            stage.pending = checkpointer.pending
             if now >= next_progress and checkpointer.state is not logged:
                 next_progress = now + PROGRESS_EVERY
                 state = logged = checkpointer.state

@@ -32,7 +32,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from gate.capture.libshim import OwnedStream, fix_library_charsets
 from gate.common.config import ServerConfig
-from gate.common.dc import describe_position, one_row
+from gate.common.dc import connect, describe_position, one_row
 from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
 from gate.common.retry import backoff, is_transient
 
@@ -108,8 +108,6 @@ class Idle:
 Item = Begin | Rows | Statement | Commit | Idle
 
 
-
-
 def _merge_gtid(state: dict[str, str], gtid: str) -> None:
     """MariaDB: the GTID position keeps the last GTID of each replication domain."""
     state[gtid.split("-", 1)[0]] = gtid
@@ -124,8 +122,6 @@ def _gtid_state(gtid_pos: str | None) -> dict[str, str]:
 
 def binlog_files(server: ServerConfig) -> list[str]:
     """SHOW BINARY LOGS of a server, oldest first."""
-    from gate.common.dc import connect  # local import: dc imports config only, no cycle at module load
-
     with connect(server, "source") as conn, conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         return [row[0] for row in cur.fetchall()]
@@ -133,8 +129,6 @@ def binlog_files(server: ServerConfig) -> list[str]:
 
 def current_position(server: ServerConfig) -> Position:
     """The server's binlog end right now ('now' as a start position)."""
-    from gate.common.dc import connect
-
     with connect(server, "source") as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         row = cur.fetchone()
