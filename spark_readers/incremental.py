@@ -42,7 +42,8 @@ DDL_SCHEMA = StructType([
     StructField("DROPTABLE", ArrayType(_TABLE)),
     StructField("SQL", StringType()),
 ])
-"""Every key gate writes into a DDL row's JSON (the README's DC format, plus LIKE, SELECT, DROPTABLE, SQL)."""
+"""Every key gate writes into a DDL row's JSON (the README's DC format, plus LIKE, DROPTABLE, SQL; SELECT is
+in the CREATE TABLE ... SELECT rows of older gates, which read the statement instead of refusing it)."""
 
 _IMAGES = StructType([StructField("NEW", ArrayType(MapType(StringType(), StringType()))),
                       StructField("OLD", ArrayType(MapType(StringType(), StringType())))])

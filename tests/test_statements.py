@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from gate.capture.reader import current_position
 from gate.devtools.sandbox import MariaDBServer, Sandbox
-from tests.replay import dc_rows, make_channel, running, start_gate, wait_caught_up, wait_running
+from tests.replay import dc_rows, make_channel, running, server_config, start_gate, wait_caught_up, wait_running
 
 _server_ids = itertools.count(7100)  # channels of the shared source each need their own replica server_id
 
@@ -161,13 +162,6 @@ def event_end(server: MariaDBServer, event_type: str, info: str, after: tuple[st
     return f"{file}:{ends[0]}"
 
 
-def master_status(server: MariaDBServer) -> tuple[str, int]:
-    with server.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return file, int(pos)
-
-
 def run_until_refused(sandbox: Sandbox, channel: str, tmp_path: Path, before: list[str], refused: list[str],
                       db: str) -> tuple[str, tuple[str, int]]:
     """Run gate; once it has the rows of ``before``, run ``refused`` on the source: gate must stop by itself
@@ -176,7 +170,8 @@ def run_until_refused(sandbox: Sandbox, channel: str, tmp_path: Path, before: li
     wait_running(sandbox.dc, channel, gate)
     execute(sandbox.source, *before, db=db)
     wait_caught_up(sandbox.source, sandbox.dc, channel)
-    at = master_status(sandbox.source)
+    now = current_position(server_config(sandbox.source))
+    at = (str(now.log_file), int(now.log_pos or 0))
     execute(sandbox.source, *refused, db=db)
     assert gate.wait(timeout=30) == 1
     return (tmp_path / f"{channel}.log").read_text(), at

@@ -50,18 +50,19 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-def login_options(role: str, prefix: str = "", keeps: bool = False) -> Callable[[F], F]:
+def login_options(role: str, prefix: str = "", keeps: bool = False, stored: bool = True) -> Callable[[F], F]:
     """The options --[prefix-]user, --[prefix-]password and --[prefix-]password-env of one server."""
     dash, under = (f"{prefix}-", f"{prefix}_") if prefix else ("", "")
     default = "keep the current one" if keeps else "root"
+    password = "stored in the channel as given" if stored else "given on the command line"
+    reference = "the channel stores only the reference ${VAR}, read whenever gate connects" if stored else "read now"
     options = [
         click.option(f"--{dash}user", f"{under}user", metavar="USER",
                      help=f"user gate logs in to the {role} as [default: {default}]"),
         click.option(f"--{dash}password", f"{under}password", metavar="PASSWORD",
-                     help=f"{role} password, stored in the channel as given (prefer --{dash}password-env)"),
+                     help=f"{role} password, {password} (prefer --{dash}password-env)"),
         click.option(f"--{dash}password-env", f"{under}password_env", metavar="VAR",
-                     help=f"environment variable holding the {role} password; the channel stores only "
-                          "the reference ${VAR}, read whenever gate connects"),
+                     help=f"environment variable holding the {role} password; {reference}"),
     ]
 
     def decorate(command: F) -> F:

@@ -10,7 +10,7 @@ import click
 from gate.admin.status import channel_status
 from gate.capture.pipeline import Pipeline
 from gate.cli.app import App, pairs, table
-from gate.common.config import check_identifier
+from gate.common.config import LIMITS, check_identifier
 
 
 def setup_logging(level: str) -> None:
@@ -22,10 +22,13 @@ def setup_logging(level: str) -> None:
     root.setLevel(level)
 
 
+_PORTS = LIMITS["channel_defaults.metrics_port"]  # the range config.yaml's metrics_port has
+
+
 @click.command()
 @click.argument("channel")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby (not recommended)")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+@click.option("--metrics-port", type=click.IntRange(int(_PORTS[0]), int(_PORTS[1])), metavar="PORT",
               help="serve /metrics, /healthz and /readyz on this port, 0 for none [default: the channel's metrics_port]")
 @click.option("--metrics-address", metavar="ADDRESS",
               help="the interface they listen on [default: the channel's metrics_address, 127.0.0.1]")

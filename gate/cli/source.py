@@ -13,7 +13,7 @@ from gate.cli.app import App, login_options, pass_app, report_checks
 
 @click.command(name="check-source")
 @click.argument("address", metavar="HOST:PORT")
-@login_options("server")
+@login_options("server", stored=False)
 @click.option("--server-id", type=int, help="the server_id gate would use; checked for clashes when given")
 @click.option("--role", type=click.Choice(["source", "standby"]), default="source", show_default=True,
               help="standby also needs log_slave_updates")

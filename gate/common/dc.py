@@ -374,11 +374,14 @@ def write_start_position(cur: pymysql.cursors.Cursor, channel: str, log_file: st
                 (log_file, log_pos, gtid_pos, instance_name))
 
 
-def remove_above_checkpoint(cur: pymysql.cursors.Cursor, channel: str, checkpoint_id: int, batch: int = 20000) -> int:
+REMOVE_BATCH = 20000  # rows per DELETE of remove_above_checkpoint
+
+
+def remove_above_checkpoint(cur: pymysql.cursors.Cursor, channel: str, checkpoint_id: int) -> int:
     """Delete the rows above the checkpoint (an interrupted run's, rewritten by the next one) in batches
-    of ``batch`` rows, so that no single statement holds many locks; returns how many went."""
+    of REMOVE_BATCH rows, so that no single statement holds many locks; returns how many went."""
     removed = 0
     while cur.execute(f"DELETE FROM {q(channel)}.transfer_data WHERE id > %s ORDER BY id LIMIT %s",
-                      (checkpoint_id, batch)):
+                      (checkpoint_id, REMOVE_BATCH)):
         removed += cur.rowcount
     return removed
