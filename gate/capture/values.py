@@ -247,11 +247,11 @@ def column_renderer(
     fsp: int = getattr(column, "fsp", 0)
     if t in _INTEGER_TYPES or t == FIELD_TYPE.ENUM:
         return str, None
+    pad_to = _binary_padding(column)
+    if pad_to is not None:  # binary strings and GEOMETRY
+        return _binary_renderer(_ENCODERS[binary_format], pad_to), None
     if t in _STRING_TYPES:
-        if not _comes_as_bytes(column):
-            return str, None
-        binary = t == FIELD_TYPE.STRING and column.character_set_name == "binary"
-        return _binary_renderer(_ENCODERS[binary_format], column.max_length if binary else 0), None
+        return str, None
     if t == FIELD_TYPE.NEWDECIMAL:
         return render_decimal, None
     if t == FIELD_TYPE.DOUBLE:
@@ -277,8 +277,6 @@ def column_renderer(
         return (lambda v: ",".join([label for label in labels if label in v])), ""
     if t == FIELD_TYPE.JSON:
         return render_json, None
-    if t == FIELD_TYPE.GEOMETRY:
-        return _binary_renderer(_ENCODERS[binary_format], 0), None
     raise ValueError(f"column {column.name!r}: MySQL type {t} has no renderer")
 
 
