@@ -10,6 +10,8 @@ from typing import Any
 
 import pymysql
 
+from gate.admin.retention import describe
+from gate.capture.retention import plan
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
@@ -38,6 +40,8 @@ class ChannelStatus:
     on_divergence: str
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
+    retention: dict[str, Any]  # retain_days, purged_through, oldest_kept_id, bound, pinned_by, removable_rows
+    stale_consumers: list[dict[str, Any]]  # as 'gate consumer list' shows them
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,6 +90,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
                      "to_instance": target, "reason": reason, "at_id": at_id}
                     for at, source, target, reason, at_id in cur.fetchall()]
         stuck = stuck_rows(cur, channel, state.id)
+        retention = plan(conn, channel, settings.defaults)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
     at_end = False
     try:
@@ -116,7 +121,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
         failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, switches=switches,
-        stuck_rows=stuck,
+        stuck_rows=stuck, retention=describe(retention),
+        stale_consumers=[c.as_row() for c in retention.consumers if c.stale],
     )
 
 

@@ -8,12 +8,29 @@ from typing import Any
 import click
 
 from gate.admin import channel as channels
+from gate.admin import retention
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
 from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
 
 # --- channels ----------------------------------------------------------------------------------
+
+
+def retain_days_value(text: str | None) -> int | None:
+    """``--retain-days``: a whole number of days, or ``none`` (the same as 0: keep every row)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return 0
+    if not text.strip().isdigit():
+        raise InvalidValue(f"--retain-days must be a whole number of days or 'none' (keep every row), not {text!r}.")
+    return int(text)
+
+
+_RETAIN_HELP = ("remove rows older than N days once every registered consumer has read them; 'none' or 0 keeps "
+                "every row")
+_IDLE_HELP = "report a consumer behind the checkpoint whose cursor has not moved for DAYS as stale"
 
 
 @click.group()
@@ -50,13 +67,16 @@ def _print_channel(app: App, name: str) -> None:
 @click.option("--writers", type=int, help="concurrent DC writer connections [default: channel_defaults]")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="capture only tables matching (repeatable)")
 @click.option("--deny", multiple=True, metavar="PATTERN", help="never capture tables matching (repeatable)")
+@click.option("--retain-days", metavar="N|none", help=_RETAIN_HELP + " [default: channel_defaults, none]")
+@click.option("--consumer-max-idle-days", type=float, metavar="DAYS", help=_IDLE_HELP + " [default: channel_defaults, 7]")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby")
 @pass_app
 def create(app: App, name: str, source_address: str, source_user: str | None, source_password: str | None,
            source_password_env: str | None, standby_address: str | None, standby_user: str | None,
            standby_password: str | None, standby_password_env: str | None, server_id: int | None,
            timezone: str | None, binary_format: str | None, writers: int | None, allow: tuple[str, ...],
-           deny: tuple[str, ...], no_check: bool) -> None:
+           deny: tuple[str, ...], retain_days: str | None, consumer_max_idle_days: float | None,
+           no_check: bool) -> None:
     """Create a channel: its database and tables on the DC server.
 
     Checks the source (and standby) first as 'gate check-source' does, unless --no-check, then
@@ -65,6 +85,8 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     config.yaml. The default server_id is a stable number from 100000 to 999999 computed from NAME
     (CRC-32 of the name); give --server-id when another replica of the source uses it. Passwords
     given with --source-password-env are stored as the reference ${VAR}, never as the value.
+    --retain-days N makes 'gate run' remove rows older than N days that every registered consumer
+    has read (default: none, every row is kept).
 
     Example:
 
@@ -80,6 +102,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     _, warnings = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
+        retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days,
     )
     warn(warnings)
     _print_channel(app, name)
@@ -313,25 +336,68 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
                    "timestamp, row images) for binlogs without GTIDs")
 @click.option("--on-divergence", type=click.Choice(failover.ON_DIVERGENCE),
               help="when the DC holds transactions the standby never received: stop gate, or report and go on")
+@click.option("--retain-days", metavar="N|none", help=_RETAIN_HELP)
+@click.option("--consumer-max-idle-days", type=float, metavar="DAYS", help=_IDLE_HELP)
 @pass_app
-def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None) -> None:
-    """Set a channel's failover behaviour.
+def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
+         consumer_max_idle_days: float | None) -> None:
+    """Set a channel's failover behaviour and retention.
 
     --failover-mode chooses how gate, after a switch, recognises the standby's transactions that the DC
     already holds. --on-divergence chooses what happens when the DC holds transactions the standby
     never received (lost by asynchronous replication): 'stop' makes gate exit with the report,
     'continue' logs the report and goes on. A running gate reads these settings when it next starts
-    the channel. With no option the settings are only shown.
+    the channel. --retain-days N: 'gate run' removes rows older than N days once every registered
+    consumer (gate consumer list) has read them; 'none' or 0 keeps every row. --consumer-max-idle-days:
+    a consumer behind the checkpoint that has not moved for longer is reported as stale (it is never
+    dropped by gate). A running gate applies both at its next retention pass. With no option the
+    settings are only shown.
 
     Example:
 
     \b
         gate channel set shop --on-divergence continue
         gate channel set shop --failover-mode fingerprint
+        gate channel set shop --retain-days 14 --consumer-max-idle-days 3
     """
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
-    data = {"channel": name, "failover_mode": settings.failover_mode, "on_divergence": settings.on_divergence}
+    if retain_days is not None or consumer_max_idle_days is not None:
+        settings = channels.set_retention(app.dc, name, retain_days_value(retain_days), consumer_max_idle_days)
+    data = {"channel": name, "failover_mode": settings.failover_mode, "on_divergence": settings.on_divergence,
+            "retain_days": settings.defaults.retain_days,
+            "consumer_max_idle_days": settings.defaults.consumer_max_idle_days}
     app.emit(data, pairs(data))
+
+
+@channel.command()
+@click.argument("name")
+@click.option("--dry-run", is_flag=True, help="print what would be removed, remove nothing")
+@pass_app
+def purge(app: App, name: str, dry_run: bool) -> None:
+    """Apply a channel's retention now: remove the rows it allows.
+
+    'gate run' does the same in the background every retention_interval_seconds; this runs it on
+    demand, also while gate runs. The bound is the lowest of the checkpoint and every registered
+    consumer's cursor, lowered to the last row older than retain_days (and to the end of a whole
+    transaction); rows up to it go, oldest first, in small batches. Prints the bound, what pins it
+    and the rows removed (--dry-run: the rows that would go, removing nothing). A channel with
+    retain_days 0 (none) keeps every row.
+
+    Example:
+
+    \b
+        gate channel purge shop --dry-run
+        gate channel purge shop
+    """
+    data = retention.purge_channel(app.dc, name, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    count = data["removable_rows"] if dry_run else data["removed_rows"]
+    app.emit(data, "\n".join([
+        f"channel {name}: retain_days {data['retain_days'] or 'none'}, checkpoint id {data['checkpoint_id']}, "
+        f"purged through id {data['purged_through']}",
+        f"bound: id {data['bound']}, pinned by {data['pinned_by']}",
+        f"{verb} {count} rows" + (f" (ids {data['purged_through'] + 1} to {data['bound']})" if count else ""),
+    ]))
 
 
 @channel.command(name="switch")

@@ -81,8 +81,10 @@ def status(app: App, channel: str, sample: float) -> None:
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
     clock at sampling; samples are taken while gate runs). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
-    Last, any row the writers cannot write because it is larger than the DC server's
-    max_allowed_packet: its id, size and the setting to raise.
+    Then retention: retain_days, the highest id removed (purged_through), the oldest kept id, the
+    bound a purge would remove up to and what pins it (the checkpoint, a consumer, retain_days), and
+    the registered consumers that are stale. Last, any row the writers cannot write because it is
+    larger than the DC server's max_allowed_packet: its id, size and the setting to raise.
 
     Example:
 
@@ -93,10 +95,13 @@ def status(app: App, channel: str, sample: float) -> None:
     check_identifier(channel, "channel name")
 
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck = result["switches"], result["stuck_rows"]
-    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck)})
+    switches, stuck, stale = result["switches"], result["stuck_rows"], result["stale_consumers"]
+    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
+    if stale:
+        text += "\n\nstale consumers (behind the checkpoint, not moved for longer than consumer_max_idle_days):\n"
+        text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
     app.emit(result, text)

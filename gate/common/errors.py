@@ -135,3 +135,25 @@ class MissingSecret(GateError):
 
 class ColumnRuleRefused(GateError):
     """A column rule would remove or alter a primary-key column."""
+
+
+class CursorExpiredError(GateError):
+    """A reader asked for rows that retention has already removed from transfer_data."""
+
+    def __init__(self, channel: str, cursor_id: int, purged_through: int, retention: str) -> None:
+        oldest = purged_through + 1
+        super().__init__(
+            f"Channel '{channel}' no longer holds the rows after cursor id {cursor_id}: retention has removed every "
+            f"row up to id {purged_through}, so the oldest kept row is {oldest} ({retention}), and rows "
+            f"{cursor_id + 1} to {purged_through} cannot be read again. Restart from the oldest kept row "
+            f"(Consumer.position({purged_through}), 'gate tail {channel} --from {oldest}') or rebuild from a new "
+            "snapshot of the source tables; to keep it from happening again, register the reader as a named "
+            "consumer (Consumer(..., name=...) with commit(), or the Spark loader's consumer name), so that "
+            "retention waits for it.")
+        self.channel = channel
+        self.cursor_id = cursor_id
+        self.purged_through = purged_through
+
+
+class UnknownConsumer(GateError):
+    """No consumer of that name is registered in the channel's gate_consumer table."""
