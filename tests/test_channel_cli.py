@@ -129,7 +129,7 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                     "--standby-user", USER, "--standby-password-env", "GATE_TEST_STANDBY_PW",
                     "--server-id", "4242", "--timezone", "Asia/Shanghai", "--binary-format", "hex",
                     "--writers", "3", "--allow", "shop.*", "--allow", "crm.customer?", "--deny", "*.audit_log",
-                    env={"GATE_TEST_STANDBY_PW": PASSWORD})
+                    "--retain-days", "30", "--consumer-max-idle-days", "2.5", env={"GATE_TEST_STANDBY_PW": PASSWORD})
     # our user may not run SHOW SLAVE HOSTS: a warning per server, not a failure
     assert result.stderr.count(f"warning: SHOW SLAVE HOSTS is denied to '{USER}'@'127.0.0.1'") == 2
     settings = settings_of(sandbox, unique_name)
@@ -148,15 +148,16 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
         "defaults": {"timezone": "Asia/Shanghai", "binary_format": "hex", "writers": 3, "decoders": 2,
                      "batch_rows": 1000, "checkpoint_interval_ms": 100, "standby_sample_seconds": 5.0,
                      "failover_after_seconds": 10.0, "failover_margin_seconds": 5.0, "metrics_port": 0,
-                     "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0},
+                     "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
+                     "retain_days": 30, "consumer_max_idle_days": 2.5, "retention_interval_seconds": 60.0},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }
     text = gate("channel", "show", unique_name)
     outputs.append(text.output)
-    assert f"source.address                    {sandbox.source.address}\n" in text.stdout
-    assert "source.password                   ***\n" in text.stdout
-    assert "allow                             shop.*, crm.customer?\n" in text.stdout
+    assert f"source.address                       {sandbox.source.address}\n" in text.stdout
+    assert "source.password                      ***\n" in text.stdout
+    assert "allow                                shop.*, crm.customer?\n" in text.stdout
     listed = gate("channel", "list")
     outputs.append(listed.output)
     header = listed.stdout.splitlines()[0]

@@ -185,6 +185,13 @@ def test_gate_run_purges_under_load_and_reports_a_stale_consumer(sandbox: Sandbo
         with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
             cur.execute("UPDATE transfer_data SET create_time = NOW() - INTERVAL 3 DAY")  # all of it is old now
         move(sandbox, unique_name, "slow", (300, 16), moved="2024-01-02 03:04:05")  # in the transaction of 282-301
+        backdated = time.time()
+        deadline = time.monotonic() + 10
+        while value(figures := scrape(port), "gate_retention_last_run_timestamp_seconds", unique_name) <= backdated:
+            assert time.monotonic() < deadline, "no retention pass after the rows became old"
+            time.sleep(0.1)
+        assert value(figures, "gate_retention_purged_through_id", unique_name) == 0  # off by default: all stay
+        assert ids(sandbox, unique_name) == list(range(1, 602))
         ok(gate("channel", "set", unique_name, "--retain-days", "1"))
         stop = threading.Event()
 

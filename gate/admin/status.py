@@ -38,10 +38,10 @@ class ChannelStatus:
     standby_sample_age_seconds: float | None  # DC clock now minus the newest sample's standby clock
     failover_mode: str
     on_divergence: str
-    stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
-    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
     retention: dict[str, Any]  # retain_days, purged_through, oldest_kept_id, bound, pinned_by, removable_rows
     stale_consumers: list[dict[str, Any]]  # as 'gate consumer list' shows them
+    stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
+    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
