@@ -120,6 +120,9 @@ def test_a_reader_before_the_oldest_kept_row_gets_cursor_expired(sandbox: Sandbo
     assert result.exit_code == 1
     assert result.output == f"error: {expired_message(unique_name, 4, 8, retention)}\n"
     assert len(ok(gate("tail", unique_name, "--no-follow")).splitlines()) == 2  # the last 10: only 2 are kept
+    result = gate("tail", unique_name, "--from", "2030-01-01T00:00:00", "--no-follow")  # before the oldest kept row
+    assert (result.exit_code, result.output) == (1, f"error: {expired_message(unique_name, 0, 8, retention)}\n")
+    assert len(ok(gate("tail", unique_name, "--from", "2037-01-01T00:00:00", "--no-follow")).splitlines()) == 2
 
 
 def test_retention_is_off_for_an_existing_channel(sandbox: Sandbox, unique_name: str, gate: Gate) -> None:

@@ -227,8 +227,10 @@ class Consumer:
         if first is None:
             return checkpoint
         purged = self.purged_through()
-        if purged and int(first) == purged + 1:  # rows of that time may be among the removed ones
-            self.require_kept(0)
+        if purged and int(first) == purged + 1:
+            (oldest,), = self._query("SELECT create_time FROM transfer_data WHERE id = %s", (first,))
+            if oldest > utc:  # rows executed from ``when`` to the oldest kept row's time may have been removed
+                self.require_kept(0)
         return self.position(int(first) - 1, checkpoint)
 
     def poll(self) -> list[Change]:
