@@ -246,3 +246,14 @@ def test_gate_run_purges_under_load_and_reports_a_stale_consumer(sandbox: Sandbo
     with sandbox.source.connect() as src, src.cursor() as cur:
         cur.execute(f"SELECT k FROM {db}.t WHERE k >= 600 ORDER BY k")
         assert replayed == [k for (k,) in cur.fetchall()]  # the kept window holds every later insert, once
+
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:  # every row old and read: all go
+        cur.execute("UPDATE transfer_data SET create_time = NOW() - INTERVAL 3 DAY")
+    ok(gate("consumer", "drop", unique_name, "slow", "--yes"))
+    assert f"removed {final[0] - 601} rows" in ok(gate("channel", "purge", unique_name))
+    assert ids(sandbox, unique_name) == []
+    with running(dc, unique_name), sandbox.source.connect() as src, src.cursor() as cur:
+        cur.execute(f"INSERT INTO {db}.t VALUES (-1, -1)")
+        src.commit()
+        assert wait_caught_up(sandbox.source, sandbox.dc, unique_name) == (final[0] + 1, final[1] + 1)
+    assert ids(sandbox, unique_name) == [final[0] + 1]  # ids go on from the checkpoint, not from the empty table

@@ -6,8 +6,10 @@ to the last row older than ``retain_days`` (walking up by id from the oldest kep
 contiguous from the oldest kept row to the checkpoint) and to the end of a whole source transaction.
 Removal is by primary-key range, ascending, in batches of :data:`PURGE_BATCH` rows, one DC transaction
 each, which first moves ``gate_meta.purged_through`` to the batch's end (readers compare their cursor
-with it). The session runs at READ COMMITTED: a range DELETE then locks only the rows it removes, no gap
-or supremum, so the writers' INSERTs above the checkpoint and the checkpoint's UPDATE never wait for it.
+with it); after each batch it pauses :data:`PURGE_PAUSE` times as long as the batch took (pt-archiver's
+way), so that removing a large backlog takes at most half of what the DC can do. The session runs at
+READ COMMITTED: a range DELETE then locks only the rows it removes, no gap or supremum, so the writers'
+INSERTs above the checkpoint and the checkpoint's UPDATE never wait for it.
 
 A consumer is *stale* when its cursor is behind the checkpoint and has not moved for longer than the
 channel's ``consumer_max_idle_days``: it is reported (log, ``gate status``, metrics), never removed; it
@@ -30,6 +32,7 @@ from gate.common.dc import PURGED_KEY, connect, one_row, purged_through, q, read
 log = logging.getLogger(__name__)
 
 PURGE_BATCH = 5000  # rows per DELETE: short transactions, few undo records each (see scripts/bench/retention.py)
+PURGE_PAUSE = 1.0  # after each batch, wait this many times as long as it took: the DC keeps room for the writers
 DAY = 86_400.0
 
 
@@ -122,15 +125,18 @@ def _transaction_start(cur: pymysql.cursors.Cursor, channel: str, purged: int, b
 
 
 def purge(conn: pymysql.Connection, channel: str, bound: int, on_batch: Callable[[int, int], None] | None = None,
-          stopping: threading.Event | None = None) -> int:
+          stopping: threading.Event | None = None, pause: float = PURGE_PAUSE) -> int:
     """Remove rows up to ``bound`` in ascending batches of PURGE_BATCH rows, each one DC transaction that
-    moves purged_through first; returns how many rows went. ``on_batch(purged_through, rows)`` follows
-    each batch; ``stopping`` ends the work between two batches."""
+    moves purged_through first, each followed by a pause of ``pause`` times its duration; returns how many
+    rows went. ``on_batch(purged_through, rows)`` follows each batch; ``stopping`` ends the work between
+    two batches."""
     removed = 0
+    halt = stopping or threading.Event()
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         cur.execute(f"INSERT IGNORE INTO {q(channel)}.gate_meta (name, value) VALUES (%s, '0')", (PURGED_KEY,))
-        while stopping is None or not stopping.is_set():
+        while not halt.is_set():
+            began = time.monotonic()
             conn.begin()
             cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s FOR UPDATE", (PURGED_KEY,))
             start = int(one_row(cur)[0])
@@ -144,6 +150,7 @@ def purge(conn: pymysql.Connection, channel: str, bound: int, on_batch: Callable
             removed += rows
             if on_batch is not None:
                 on_batch(end, rows)
+            halt.wait(pause * (time.monotonic() - began))
     return removed
 
 

@@ -10,7 +10,8 @@ replicas has), three phases of the same channel, one after the other:
              is removed.
   delete     the same, and retain_days 1: gate run's retention removes the old rows while the load
              runs (gate.capture.retention: primary-key range DELETEs of PURGE_BATCH rows, one
-             transaction each, at READ COMMITTED).
+             transaction each, at READ COMMITTED, each followed by a pause of PURGE_PAUSE times its
+             duration).
   partition  the same table RANGE-partitioned by id (--partition-rows per partition, a MAXVALUE one
              for the new rows); the benchmark drops the old partitions (ALTER TABLE ... DROP PARTITION,
              moving purged_through first) while the load runs.
@@ -41,7 +42,7 @@ from monitors import CheckpointPoller, busy_percent, machine_busy, mariadbd_cpu,
 from workloads import LAG_DDL
 
 from gate.admin.channel import set_retention
-from gate.capture.retention import PURGE_BATCH
+from gate.capture.retention import PURGE_BATCH, PURGE_PAUSE
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 
@@ -222,7 +223,8 @@ def main() -> int:
         box.up()
         try:
             print(f"retention benchmark: {args.rows} old rows, load {args.rate} rows/s for {args.seconds:.0f} s per "
-                  f"phase, DELETE batches of {PURGE_BATCH} rows, partitions of {args.partition_rows} rows", flush=True)
+                  f"phase, DELETE batches of {PURGE_BATCH} rows with pauses of {PURGE_PAUSE:g}x their time, partitions of "
+                  f"{args.partition_rows} rows", flush=True)
             for mode in args.only.split(","):
                 results.append(phase(box, workdir, mode, args))
                 print("  " + json.dumps(results[-1]), flush=True)
