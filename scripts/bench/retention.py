@@ -1,6 +1,6 @@
 """Retention benchmark: a channel's lag while 5,000,000 old rows leave transfer_data, by two methods.
 
-    .venv/bin/python scripts/bench/retention.py [--rows 5000000] [--rate 5000] [--seconds 90] [--json FILE]
+    .venv/bin/python scripts/bench/retention.py [--rows 5000000] [--rate 5000] [--seconds 600] [--json FILE]
 
 One run on private sandbox servers (a source and a DC with a row-format binlog, as a DC that feeds
 replicas has), three phases of the same channel, one after the other:
@@ -211,7 +211,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=5_000_000, help="old rows to remove (default 5,000,000)")
     parser.add_argument("--rate", type=int, default=5000, help="rows/s of the channel's load (default 5000)")
-    parser.add_argument("--seconds", type=float, default=90.0, help="seconds of load per phase (default 90)")
+    parser.add_argument("--seconds", type=float, default=600.0, help="seconds of load per phase (default 600)")
     parser.add_argument("--partition-rows", type=int, default=500_000, help="rows per partition (default 500,000)")
     parser.add_argument("--only", default="baseline,delete,partition", help="comma-separated phases")
     parser.add_argument("--json", help="also write the figures to this file")
