@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from gate.devtools.sandbox import Sandbox
+import dc_schema
+from gate.devtools.sandbox import Sandbox, free_port
 from tests.test_channel_cli import create, query
 
 Gate = Callable[..., Result]
@@ -159,6 +160,12 @@ def test_channel_create_and_filter_request_exactly_the_newly_captured_tables(
     result = create(gate, sandbox, other, "--allow", "nothing_here.*", "--snapshot")
     assert result.stdout.endswith("\n\nno snapshot requested: the channel captures no table on the source yet\n")
     assert snapshot_rows(sandbox, other) == []
+    # the source's tables are read before anything is created: an unreachable source leaves nothing behind
+    port = free_port()
+    result = gate("channel", "create", f"{name}_x", "--source", f"127.0.0.1:{port}", "--no-check", "--snapshot")
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"error: Cannot reach the source server at 127.0.0.1:{port} (")
+    assert query(sandbox, "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", f"{name}_x") == []
 
 
 def _set(sandbox: Sandbox, name: str, *statements: str) -> None:
@@ -186,7 +193,11 @@ def test_status_shows_each_tables_latest_snapshot(gate: Gate, sandbox: Sandbox, 
                                                    source_db: str) -> None:
     db, name = source_db, unique_name
     create(gate, sandbox, name, "--allow", f"{db}.*")
+    _set(sandbox, name, "DROP TABLE gate_snapshot")  # a channel of an older gate: read, not created, by these
     assert gate("snapshot", name, "--status").stdout == f"channel {name} has no snapshots\n"
+    assert json.loads(gate("--json", "status", name, "--sample", "0").stdout)["snapshots"] == []
+    assert "gate_snapshot" not in {t for (t,) in query(sandbox, f"SHOW TABLES FROM `{name}`")}
+    _set(sandbox, name, dc_schema.table_ddl("gate_snapshot"))
     simulated_progress(sandbox, name, db)
     as_json = json.loads(gate("--json", "snapshot", name, "--status").stdout)
     running = {"id": 2, "table": f"{db}.a", "state": "running", "cancel_asked": False, "reason": "gate snapshot",
@@ -289,11 +300,18 @@ def test_status_on_a_terminal_draws_progress_until_the_snapshots_end(
     os.close(terminal)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+
+
+    def wait_for(text: str) -> None:
+        deadline = time.monotonic() + 60
+        while text not in output.decode(errors="replace"):
+            assert watcher.poll() is None and time.monotonic() < deadline, (text, bytes(output))
+            time.sleep(0.05)
+
     try:
-        time.sleep(1.5)
-        assert watcher.poll() is None  # still watching the running snapshot
+        wait_for("10/40")
         _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 30 WHERE id = 1")
-        time.sleep(1.0)
+        wait_for("30/40")
         _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 41, state = 'done', finished_at = NOW(3) "
                             "WHERE id = 1")
         assert watcher.wait(timeout=30) == 0, watcher.stderr.read() if watcher.stderr else ""

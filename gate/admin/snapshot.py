@@ -87,12 +87,11 @@ def _listing(tables: Sequence[Table]) -> str:
     return ", ".join(names) + more
 
 
-def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = (), reason: str = "gate snapshot",
-            none_is_error: bool = True) -> SnapshotRequest:
+def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = ()) -> SnapshotRequest:
     """Request a snapshot of every table the channel captures on its source, or of those ``patterns`` match.
 
     A pattern matching no captured table is refused, naming it and the captured tables; so is a channel
-    that captures no table, unless ``none_is_error`` is False. Nothing is written then.
+    that captures no table. Nothing is written then.
     """
     check_identifier(channel, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
@@ -105,26 +104,28 @@ def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = (),
                 f"No table that channel '{channel}' captures matches {', '.join(repr(p) for p in unmatched)}: it "
                 f"captures {have} on its source {settings.source.address}. Nothing was requested; correct the "
                 f"pattern, or widen the channel's filter first with 'gate channel filter {channel} --allow ...'.")
-        if not tables and none_is_error:
-            raise InvalidValue(_captures_nothing(settings))
-        return _insert(conn, channel, chosen, reason)
+        if not tables:
+            raise InvalidValue(
+                f"Channel '{channel}' captures no table on its source {settings.source.address} (allow "
+                f"{list(settings.allow) or 'everything'}, deny {list(settings.deny)}), so there is nothing to "
+                "snapshot; nothing was requested. Create the tables first, or widen the filter with "
+                f"'gate channel filter {channel} --allow ...'.")
+        return _insert(conn, channel, chosen, "gate snapshot")
 
 
-def _captures_nothing(settings: ChannelSettings) -> str:
-    return (f"Channel '{settings.name}' captures no table on its source {settings.source.address} (allow "
-            f"{list(settings.allow) or 'everything'}, deny {list(settings.deny)}), so there is nothing to snapshot; "
-            "nothing was requested. Create the tables first, or widen the filter with "
-            f"'gate channel filter {settings.name} --allow ...'.")
+def newly_captured(tables: Iterable[Table], before: ChannelSettings, after: ChannelSettings) -> list[Table]:
+    """Of ``tables``, those the lists of ``after`` capture and those of ``before`` did not."""
+    tables = list(tables)
+    old = set(captured(tables, before.allow, before.deny))
+    return [t for t in captured(tables, after.allow, after.deny) if t not in old]
 
 
-def request_widened(dc_server: ServerConfig, before: ChannelSettings, reason: str = "channel filter") -> SnapshotRequest:
-    """Request snapshots of the tables the channel's current filter captures and the lists of ``before`` did not."""
-    channel = before.name
+def request_tables(dc_server: ServerConfig, channel: str, tables: Sequence[Table], reason: str) -> SnapshotRequest:
+    """Request snapshots of ``tables`` (read from the source before the caller changed anything)."""
+    check_identifier(channel, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
-        after = dc.read_settings(conn, channel)
-        tables = source_tables(after.source)
-        old = set(captured(tables, before.allow, before.deny))
-        return _insert(conn, channel, [t for t in captured(tables, after.allow, after.deny) if t not in old], reason)
+        dc.schema_version(conn, channel)
+        return _insert(conn, channel, tables, reason)
 
 
 def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], reason: str) -> SnapshotRequest:

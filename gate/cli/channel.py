@@ -84,6 +84,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     source = channels.server_login(source_address, source_user, source_password, source_password_env, "source")
     standby = (channels.server_login(standby_address, standby_user, standby_password, standby_password_env, "standby")
                if standby_address else None)
+    tables = snapshots.captured(snapshots.source_tables(source), allow, deny) if snapshot else []
     _, warnings = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
@@ -93,7 +94,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
         _print_channel(app, name)
         return
     data = channels.show(app.dc, name)
-    requested = snapshots.request(app.dc, name, reason="channel create", none_is_error=False)
+    requested = snapshots.request_tables(app.dc, name, tables, "channel create")
     app.emit({**data, "snapshot": requested.as_dict()},
              pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
                                                                 "table on the source yet"))
@@ -196,12 +197,14 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
         gate channel filter shop --allow 'crm.customer?' --snapshot
     """
     before = channels.set_filter(app.dc, name) if snapshot else None
+    tables = snapshots.source_tables(before.source) if before else []  # read before anything changes
     settings = channels.set_filter(app.dc, name, allow, deny, clear)
     data: dict[str, Any] = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
     if before is None:
         app.emit(data, pairs(data))
         return
-    requested = snapshots.request_widened(app.dc, before)
+    requested = snapshots.request_tables(app.dc, name, snapshots.newly_captured(tables, before, settings),
+                                         "channel filter")
     app.emit({**data, "snapshot": requested.as_dict()},
              pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the new lists capture no "
                                                                 "table on the source that the old ones did not"))
