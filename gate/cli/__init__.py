@@ -5,8 +5,7 @@ from gate.cli import channel, consume, run, sandbox, snapshot, source
 from gate.cli.app import main
 
 for _command in (sandbox.sandbox, channel.channel, source.check_source, run.run, run.status, snapshot.snapshot,
-                 consume.tail,
-                 consume.spark_load, consume.spark_materialise):
+                 consume.tail, consume.spark_load, consume.spark_materialise):
     main.add_command(_command)
 
 __all__ = ["main"]

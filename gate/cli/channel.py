@@ -70,7 +70,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     (CRC-32 of the name); give --server-id when another replica of the source uses it. Passwords
     given with --source-password-env are stored as the reference ${VAR}, never as the value. With
     --snapshot, the channel also gets a snapshot request for every table it captures on the source, so
-    that 'gate run' first writes their current rows, then their changes.
+    that 'gate run' writes the rows those tables already hold, not only their changes from now on.
 
     Example:
 
