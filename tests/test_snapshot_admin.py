@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -274,6 +275,49 @@ def test_cancel_follows_the_contract(gate: Gate, sandbox: Sandbox, unique_name: 
     assert gate("snapshot", name, "--status", "--cancel").stderr == "error: Give --status or --cancel, not both.\n"
 
 
+class Watcher:
+    """``gate snapshot CHANNEL --status`` with a terminal as stdout; what it draws is collected."""
+
+    def __init__(self, gate_config: Path, channel: str) -> None:
+        self.controller, terminal = pty.openpty()
+        self.output = bytearray()
+        self.process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "gate"), "--config", str(gate_config), "snapshot", channel, "--status"],
+            stdout=terminal, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+        os.close(terminal)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.controller, 4096)
+            except OSError:  # the terminal's other end is closed
+                return
+            if not chunk:
+                return
+            self.output.extend(chunk)
+
+    def wait_for(self, text: str) -> None:
+        deadline = time.monotonic() + 60
+        while text not in self.output.decode(errors="replace"):
+            assert self.process.poll() is None and time.monotonic() < deadline, (text, bytes(self.output))
+            time.sleep(0.05)
+
+    def end(self, timeout: float = 30) -> tuple[int, str, str]:
+        """Exit status, the terminal's text without control sequences, stderr."""
+        try:
+            status = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.reader.join(timeout=5)
+            os.close(self.controller)
+        assert self.process.stderr is not None
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.output.decode(errors="replace")).replace("\r\n", "\n")
+        return status, text, self.process.stderr.read().decode()
+
+
 def test_status_on_a_terminal_draws_progress_until_the_snapshots_end(
         sandbox: Sandbox, unique_name: str, source_db: str, gate_config: Path, gate: Gate) -> None:
     db, name = source_db, unique_name
@@ -281,48 +325,23 @@ def test_status_on_a_terminal_draws_progress_until_the_snapshots_end(
     _set(sandbox, name,
          "INSERT INTO gate_snapshot (id, dbname, tablename, reason, state, started_at, rows_done, rows_estimate) "
          f"VALUES (1, '{db}', 'a', 'gate snapshot', 'running', NOW(3), 10, 40)")
-    controller, terminal = pty.openpty()
-    output = bytearray()
-
-    def read() -> None:
-        while True:
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:
-                return
-            if not chunk:
-                return
-            output.extend(chunk)
-
-    watcher = subprocess.Popen([str(Path(sys.executable).parent / "gate"), "--config", str(gate_config), "snapshot",
-                                name, "--status"], stdout=terminal, stderr=subprocess.PIPE,
-                               env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
-    os.close(terminal)
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-
-
-    def wait_for(text: str) -> None:
-        deadline = time.monotonic() + 60
-        while text not in output.decode(errors="replace"):
-            assert watcher.poll() is None and time.monotonic() < deadline, (text, bytes(output))
-            time.sleep(0.05)
-
-    try:
-        wait_for("10/40")
-        _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 30 WHERE id = 1")
-        wait_for("30/40")
-        _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 41, state = 'done', finished_at = NOW(3) "
-                            "WHERE id = 1")
-        assert watcher.wait(timeout=30) == 0, watcher.stderr.read() if watcher.stderr else ""
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-        reader.join(timeout=5)
-        os.close(controller)
-    shown = output.decode(errors="replace")
-    assert f"1 {db}.a running" in shown and "10/40" in shown and "30/40" in shown
-    assert f"1 {db}.a done" in shown and "41/41" in shown
-    last = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown).replace("\r\n", "\n").rstrip("\n").split("\n")[-2:]
+    watcher = Watcher(gate_config, name)
+    watcher.wait_for("10/40")
+    _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 30 WHERE id = 1")
+    watcher.wait_for("30/40")
+    _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 41, state = 'done', finished_at = NOW(3) WHERE id = 1")
+    status, shown, errors = watcher.end()
+    assert (status, errors) == (0, "")
+    assert f"1 {db}.a running" in shown and f"1 {db}.a done" in shown and "41/41" in shown
+    last = shown.rstrip("\n").split("\n")[-2:]
     assert [line.split()[:6] for line in last] == [
         ["id", "table", "state", "reason", "rows", "chunks"], ["1", f"{db}.a", "done", "gate", "snapshot", "41/40"]]
+
+    # Ctrl-C stops watching, not the snapshot
+    _set(sandbox, name, f"INSERT INTO gate_snapshot (id, dbname, tablename, reason) VALUES (2, '{db}', 'b', 'x')")
+    watcher = Watcher(gate_config, name)
+    watcher.wait_for(f"2 {db}.b requested")
+    watcher.process.send_signal(signal.SIGINT)
+    status, shown, errors = watcher.end()
+    assert (status, errors) == (0, "stopped watching; the snapshots go on\n")
+    assert snapshot_rows(sandbox, name)[1] == requested(2, db, "b", "x")
