@@ -10,7 +10,9 @@ information_schema (base tables, no views), filtered by the channel's allow and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Generator, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,9 +242,21 @@ def read_snapshots(cur: pymysql.cursors.Cursor, channel: str, active_only: bool 
 
 def progress(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = ()) -> dict[str, Any]:
     """The channel's snapshots as ``gate snapshot --status`` shows them, and whether a gate runs the channel."""
+    with closing(watch(dc_server, channel, patterns)) as readings:
+        return next(readings)
+
+
+def watch(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = (),
+          interval: float = 0.5) -> Generator[dict[str, Any], None, None]:
+    """:func:`progress` again every ``interval`` seconds, on one DC connection, up to the first reading in which
+    no snapshot is requested or running."""
     check_identifier(channel, "Channel name")
     checked = [check_pattern(p) for p in patterns]
     with dc.connect(dc_server, "DC") as conn, conn.cursor() as cur:
         dc.schema_version(conn, channel)
-        return {"channel": channel, "gate_running": dc.lock_holder(conn, channel) is not None,
-                "snapshots": read_snapshots(cur, channel, patterns=checked)}
+        while True:
+            rows = read_snapshots(cur, channel, patterns=checked)
+            yield {"channel": channel, "gate_running": dc.lock_holder(conn, channel) is not None, "snapshots": rows}
+            if not any(row["state"] in ACTIVE for row in rows):
+                return
+            time.sleep(interval)

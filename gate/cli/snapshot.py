@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import click
@@ -52,22 +51,18 @@ def _watch(app: App, channel: str, patterns: tuple[str, ...]) -> dict[str, Any]:
     bars: dict[int, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
                   TimeElapsedColumn()) as shown:
-        while True:
-            data = snapshots.progress(app.dc, channel, patterns)
-            active = [r for r in data["snapshots"] if r["state"] in snapshots.ACTIVE]
+        for data in snapshots.watch(app.dc, channel, patterns, REFRESH_SECONDS):
             for row in data["snapshots"]:
-                if row["state"] in snapshots.ACTIVE or row["id"] in bars:
-                    done = row["state"] not in snapshots.ACTIVE
-                    total = row["rows_done"] if done else row["rows_estimate"]
+                active = row["state"] in snapshots.ACTIVE
+                if active or row["id"] in bars:
+                    total = row["rows_estimate"] if active else row["rows_done"]
                     if row["id"] not in bars:
                         bars[row["id"]] = shown.add_task("", total=total, start=row["state"] == "running")
                     elif row["state"] == "running":
                         shown.start_task(bars[row["id"]])
                     shown.update(bars[row["id"]], total=total, completed=row["rows_done"],
                                  description=f"{row['id']} {row['table']} {row['state']}")
-            if not active:
-                return data
-            time.sleep(REFRESH_SECONDS)
+    return data
 
 
 @click.command()
