@@ -161,6 +161,14 @@ def test_channel_create_and_filter_request_exactly_the_newly_captured_tables(
     result = create(gate, sandbox, other, "--allow", "nothing_here.*", "--snapshot")
     assert result.stdout.endswith("\n\nno snapshot requested: the channel captures no table on the source yet\n")
     assert snapshot_rows(sandbox, other) == []
+    result = gate("--json", "channel", "create", f"{name}_j", "--source", sandbox.source.address, "--allow",
+                  f"{db}.order?items", "--snapshot")
+    created = json.loads(result.stdout)
+    assert (created["channel"], created["allow"], created["snapshot"]) == (
+        f"{name}_j", [f"{db}.order?items"], {"channel": f"{name}_j", "reason": "channel create",
+                                            "requested": [{"id": 1, "table": f"{db}.order_items"}],
+                                            "already_pending": [], "gate_running": False})
+    assert snapshot_rows(sandbox, f"{name}_j") == [requested(1, db, "order_items", "channel create")]
     # the source's tables are read before anything is created: an unreachable source leaves nothing behind
     port = free_port()
     result = gate("channel", "create", f"{name}_x", "--source", f"127.0.0.1:{port}", "--no-check", "--snapshot")
