@@ -407,6 +407,17 @@ def test_a_sqlalchemy_url_or_engine_reads_what_pymysql_reads(sandbox: Sandbox, u
     engine.dispose()
 
 
+def test_a_sqlalchemy_engine_of_another_charset_reads_the_same_text(sandbox: Sandbox, unique_name: str) -> None:
+    text = "日本 😀 Zoë"
+    dc = channel(sandbox, unique_name, [], (1, 1))
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:  # the JSON as gate writes it: UTF-8, unescaped
+        cur.execute("INSERT INTO transfer_data VALUES (1, 1, 'd', 't', NOW(), 's:1', 'INSERT', %s)",
+                    (json.dumps({"NEW": [{"v": text}]}, ensure_ascii=False),))
+    for source in (dc, _url(dc) + "?charset=latin1"):
+        with Consumer(source, unique_name) as consumer:
+            assert [c.new for c in consumer.poll()] == [{"v": text}]
+
+
 def test_a_sqlalchemy_consumer_reports_bad_logins_and_drivers(sandbox: Sandbox, unique_name: str) -> None:
     dc = channel(sandbox, unique_name, ROWS, (6, 4))
     with pytest.raises(ConnectionFailed) as refused:

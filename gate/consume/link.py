@@ -65,7 +65,7 @@ class PyMySQLLink(Link):
 class EngineLink(Link):
     """One connection borrowed from a SQLAlchemy engine's pool for the consumer's life.
 
-    Its session is changed (autocommit, the channel's database, UTC), so :meth:`close` discards it from
+    Its session is changed (autocommit, utf8mb4, the channel's database, UTC), so :meth:`close` discards it from
     the pool instead of handing it back to the application's other users; an engine made here from a URL
     is disposed. Only the PyMySQL driver is accepted: the consumer's statements are PyMySQL's.
     """
@@ -94,6 +94,7 @@ class EngineLink(Link):
         self.connection = cast(pymysql.Connection, self._borrowed.driver_connection)  # the PyMySQL dialect's
         try:
             self.connection.autocommit(True)
+            self.connection.set_character_set("utf8mb4")  # whatever the URL chose: values as gate's own path reads them
             self.connection.select_db(self._channel)
             self.run(UTC_SESSION, ())
         except pymysql.err.OperationalError as exc:
