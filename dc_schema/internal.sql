@@ -63,3 +63,24 @@ CREATE TABLE IF NOT EXISTS gate_xa_pending (
   created   BIGINT UNSIGNED NOT NULL COMMENT 'source unix time of the row event',
   PRIMARY KEY (xid, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Snapshots of source tables: one row per request (gate snapshot, channel create/filter --snapshot).
+-- The admin commands insert 'requested' rows and cancel them; gate run moves them to running, done or
+-- cancelled and counts the rows at or below the checkpoint.
+CREATE TABLE IF NOT EXISTS gate_snapshot (
+  id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY COMMENT 'snapshot id, in SNAPSHOTSTART/END',
+  dbname        VARCHAR(64)     NOT NULL,
+  tablename     VARCHAR(64)     NOT NULL,
+  reason        VARCHAR(255)    NOT NULL COMMENT 'who asked: gate snapshot, channel create, channel filter',
+  state         VARCHAR(16)     NOT NULL DEFAULT 'requested' COMMENT 'requested | running | done | cancelled',
+  cancel        TINYINT         NOT NULL DEFAULT 0 COMMENT '1: gate snapshot --cancel asked; the run ends it as cancelled',
+  requested_at  TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  started_at    TIMESTAMP(3)    NULL,
+  finished_at   TIMESTAMP(3)    NULL,
+  rows_done     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'SNAPSHOT rows at or below the checkpoint',
+  chunks_done   BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  rows_estimate BIGINT UNSIGNED NULL COMMENT 'information_schema TABLE_ROWS when started, for progress',
+  message       TEXT            NULL COMMENT 'last notice: why restarted or cancelled',
+  KEY (state)
+  -- the engine may add columns of its own after these (key columns, bound, last key per range ...)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -616,7 +616,8 @@ def test_help_has_an_example_everywhere(gate: Gate) -> None:
             yield from commands(command, path + [name])
 
     verbs = set(main.commands)
-    assert verbs == {"channel", "check-source", "sandbox", "run", "status", "tail", "spark-load", "spark-materialise"}
+    assert verbs == {"channel", "check-source", "sandbox", "run", "status", "snapshot", "tail", "spark-load",
+                     "spark-materialise"}
     for path in commands(main, []):
         result = gate(*path, "--help")
         assert result.exit_code == 0

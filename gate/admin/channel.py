@@ -40,6 +40,7 @@ _MARIADB_GTID = re.compile(r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$")
 _ACCOUNT_USER = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 _ACCOUNT_HOST = re.compile(r"^[A-Za-z0-9_.%:/-]{1,255}$")
 _ER_NO_BINARY_LOGGING = 1381
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")  # never a source's data
 
 
 def default_server_id(name: str) -> int:
@@ -220,6 +221,8 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
         settings = dc.read_settings(conn, name)
+        if not allow and not deny and not clear:
+            return settings
         kept_allow, kept_deny = ((), ()) if clear else (settings.allow, settings.deny)
         settings = replace(settings, allow=_merged(kept_allow, allow), deny=_merged(kept_deny, deny))
         dc.write_settings(conn, settings)
@@ -254,7 +257,7 @@ def source_columns(settings: ChannelSettings) -> list[tuple[str, str, str, bool]
     captured = TableFilter(settings.allow, settings.deny)
     with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
         cur.execute("SELECT table_schema, table_name, column_name, column_key = 'PRI' FROM information_schema.columns "
-                    "WHERE table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')")
+                    f"WHERE table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", SYSTEM_SCHEMAS)
         return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()
                 if captured.passes(db, table)]
 

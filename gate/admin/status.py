@@ -10,6 +10,7 @@ from typing import Any
 
 import pymysql
 
+from gate.admin.snapshot import read_snapshots
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
@@ -37,6 +38,7 @@ class ChannelStatus:
     failover_mode: str
     on_divergence: str
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
+    snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,6 +88,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
                      "to_instance": target, "reason": reason, "at_id": at_id}
                     for at, source, target, reason, at_id in cur.fetchall()]
         stuck = stuck_rows(cur, channel, state.id)
+        pending = read_snapshots(cur, channel, active_only=True)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
     at_end = False
     try:
@@ -115,8 +118,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         rows_per_second=None if rate is None else round(rate, 1),
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
-        failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, switches=switches,
-        stuck_rows=stuck,
+        failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, snapshots=pending,
+        switches=switches, stuck_rows=stuck,
     )
 
 

@@ -8,8 +8,10 @@ from typing import Any
 import click
 
 from gate.admin import channel as channels
+from gate.admin import snapshot as snapshots
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
+from gate.cli.snapshot import describe_request
 from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
 
@@ -51,12 +53,14 @@ def _print_channel(app: App, name: str) -> None:
 @click.option("--allow", multiple=True, metavar="PATTERN", help="capture only tables matching (repeatable)")
 @click.option("--deny", multiple=True, metavar="PATTERN", help="never capture tables matching (repeatable)")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby")
+@click.option("--snapshot", "snapshot", is_flag=True,
+              help="also request a snapshot of every table the channel captures (see 'gate snapshot')")
 @pass_app
 def create(app: App, name: str, source_address: str, source_user: str | None, source_password: str | None,
            source_password_env: str | None, standby_address: str | None, standby_user: str | None,
            standby_password: str | None, standby_password_env: str | None, server_id: int | None,
            timezone: str | None, binary_format: str | None, writers: int | None, allow: tuple[str, ...],
-           deny: tuple[str, ...], no_check: bool) -> None:
+           deny: tuple[str, ...], no_check: bool, snapshot: bool) -> None:
     """Create a channel: its database and tables on the DC server.
 
     Checks the source (and standby) first as 'gate check-source' does, unless --no-check, then
@@ -64,7 +68,9 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     gate's own tables, and stores the settings. Settings not given come from channel_defaults in
     config.yaml. The default server_id is a stable number from 100000 to 999999 computed from NAME
     (CRC-32 of the name); give --server-id when another replica of the source uses it. Passwords
-    given with --source-password-env are stored as the reference ${VAR}, never as the value.
+    given with --source-password-env are stored as the reference ${VAR}, never as the value. With
+    --snapshot, the channel also gets a snapshot request for every table it captures on the source, so
+    that 'gate run' writes the rows those tables already hold, not only their changes from now on.
 
     Example:
 
@@ -73,16 +79,25 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
         gate channel create shop --source db1.example.com:3306 --source-user gate \\
             --source-password-env SHOP_SOURCE_PASSWORD --standby db2.example.com:3306 \\
             --standby-user gate --standby-password-env SHOP_SOURCE_PASSWORD --allow 'shop.*'
+        gate channel create crm --source db3.example.com:3306 --allow 'crm.*' --snapshot
     """
     source = channels.server_login(source_address, source_user, source_password, source_password_env, "source")
     standby = (channels.server_login(standby_address, standby_user, standby_password, standby_password_env, "standby")
                if standby_address else None)
+    tables = snapshots.captured(snapshots.source_tables(source), allow, deny) if snapshot else []
     _, warnings = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
     )
     warn(warnings)
-    _print_channel(app, name)
+    if not snapshot:
+        _print_channel(app, name)
+        return
+    data = channels.show(app.dc, name)
+    requested = snapshots.request_tables(app.dc, name, tables, "channel create")
+    app.emit({**data, "snapshot": requested.as_dict()},
+             pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
+                                                                "table on the source yet"))
 
 
 @channel.command(name="list")
@@ -161,24 +176,38 @@ def drop(app: App, name: str, yes: bool, force: bool) -> None:
 @click.option("--allow", multiple=True, metavar="PATTERN", help="add a pattern to the allow list (repeatable)")
 @click.option("--deny", multiple=True, metavar="PATTERN", help="add a pattern to the deny list (repeatable)")
 @click.option("--clear", is_flag=True, help="empty both lists first")
+@click.option("--snapshot", "snapshot", is_flag=True,
+              help="request snapshots of the tables the new lists capture and the old ones did not")
 @pass_app
-def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], clear: bool) -> None:
+def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], clear: bool, snapshot: bool) -> None:
     """Set which tables a channel captures, by db.table patterns.
 
     A table is captured when the allow list is empty or one allow pattern matches it, and no deny
     pattern matches it. Patterns are db.table with the wildcards * (any characters) and ? (one
     character), matched case-sensitively. --allow and --deny add to the lists, --clear empties both
     first; with no option the lists are only shown. A running gate applies the new lists within a few
-    seconds, from its next transaction on; rows a newly allowed table held before are not captured.
+    seconds, from its next transaction on; rows a newly allowed table held before are not captured,
+    unless --snapshot: it requests a snapshot of each table on the source that the new lists capture
+    and the old ones did not, and names them.
 
     Example:
 
     \b
         gate channel filter shop --clear --allow 'shop.*' --deny '*.audit_log'
+        gate channel filter shop --allow 'crm.customer?' --snapshot
     """
+    before = channels.set_filter(app.dc, name) if snapshot else None
+    tables = snapshots.source_tables(before.source) if before else []  # read before anything changes
     settings = channels.set_filter(app.dc, name, allow, deny, clear)
-    data = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
-    app.emit(data, pairs(data))
+    data: dict[str, Any] = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
+    if before is None:
+        app.emit(data, pairs(data))
+        return
+    requested = snapshots.request_tables(app.dc, name, snapshots.newly_captured(tables, before, settings),
+                                         "channel filter")
+    app.emit({**data, "snapshot": requested.as_dict()},
+             pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the new lists capture no "
+                                                                "table on the source that the old ones did not"))
 
 
 @channel.command(name="columns")

@@ -17,7 +17,7 @@ import click
 from gate.cli.app import App
 from gate.common.config import check_identifier
 from gate.common.errors import InvalidValue
-from gate.consume.client import OPTYPES, Change, Consumer
+from gate.consume.client import OPTYPES, Change, Consumer, SnapshotInfo
 
 _PLAIN = re.compile(r"^[^\s,{}=\"']{1,40}$")
 
@@ -39,7 +39,7 @@ def _image(image: dict[str, str | None]) -> str:
 
 def describe(change: Change) -> str:
     """One line: id, tid, UTC time, db.table, optype, then NEW and the OLD columns that changed (UPDATE),
-    the image (INSERT, DELETE) or the DDL statement."""
+    the image (INSERT, DELETE, SNAPSHOT), the snapshot (SNAPSHOTSTART, SNAPSHOTEND) or the DDL statement."""
     head = (f"{change.id} tid={change.tid} {change.create_time:%Y-%m-%d %H:%M:%S}Z "
             f"{change.dbname}.{change.tablename} {change.optype}")
     if change.new is not None and change.old is not None:
@@ -49,9 +49,18 @@ def describe(change: Change) -> str:
         return f"{head} NEW{_image(change.new)}"
     if change.old is not None:
         return f"{head} OLD{_image(change.old)}"
+    if change.snapshot is not None:
+        return f"{head} {_snapshot(change.snapshot)}"
     ddl = change.ddl or {}
     text = ddl.get("SQL") or (json.dumps(ddl, ensure_ascii=False, separators=(",", ":")) if ddl else "")
     return f"{head} {text}".rstrip()
+
+
+def _snapshot(info: SnapshotInfo) -> str:
+    """SNAPSHOTSTART: id, reason and key; SNAPSHOTEND: id, state, rows and why it was cancelled."""
+    if info.state is None:
+        return f"snapshot {info.id} ({info.reason}) key ({', '.join(info.key or ()) or 'none'})"
+    return f"snapshot {info.id} {info.state}, {info.rows} rows" + (f" ({info.reason})" if info.reason else "")
 
 
 def _start(text: str) -> int | datetime:
@@ -90,7 +99,8 @@ def tail(app: App, channel: str, start: str | None, lines: int, dbname: str | No
     Reads transfer_data in id order up to the checkpoint only, so every line printed is final. A
     line shows id, tid, the time the change was executed on the source (UTC), db.table, optype and
     the row: NEW{...} for an INSERT, OLD{...} for a DELETE, and for an UPDATE NEW{...} with OLD{...}
-    holding only the columns that changed; DDL rows show their statement. Values longer than 40
+    holding only the columns that changed; DDL rows show their statement; a SNAPSHOT row shows NEW{...},
+    SNAPSHOTSTART the snapshot's id, reason and key, SNAPSHOTEND its state and rows. Values longer than 40
     characters are shortened; --json prints every value in full, one object per line with the keys
     id, tid, dbname, tablename, create_time, instance_name, optype, new, old and ddl.
 

@@ -10,6 +10,7 @@ import click
 from gate.admin.status import channel_status
 from gate.capture.pipeline import Pipeline
 from gate.cli.app import App, pairs, table
+from gate.cli.snapshot import status_table
 from gate.common.config import LIMITS, check_identifier
 
 
@@ -82,7 +83,8 @@ def status(app: App, channel: str, sample: float) -> None:
     clock at sampling; samples are taken while gate runs). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
     Last, any row the writers cannot write because it is larger than the DC server's
-    max_allowed_packet: its id, size and the setting to raise.
+    max_allowed_packet: its id, size and the setting to raise. Then the requested and running snapshots,
+    each with its rows written so far against the source's estimate (see 'gate snapshot').
 
     Example:
 
@@ -93,10 +95,12 @@ def status(app: App, channel: str, sample: float) -> None:
     check_identifier(channel, "channel name")
 
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck = result["switches"], result["stuck_rows"]
-    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck)})
+    switches, stuck, pending = result["switches"], result["stuck_rows"], result["snapshots"]
+    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "snapshots": len(pending)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
+    if pending:
+        text += "\n\nsnapshots:\n" + status_table(pending)
     app.emit(result, text)
