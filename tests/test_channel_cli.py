@@ -160,14 +160,17 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     listed = gate("channel", "list")
     outputs.append(listed.output)
     header = listed.stdout.splitlines()[0]
-    assert header.split() == ["channel", "source", "standby", "checkpoint_id", "checkpoint_tid", "schema_version"]
+    assert header.split() == ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid", "metrics",
+                              "source", "standby", "schema_version"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
-    assert line.split() == [unique_name, sandbox.source.address, sandbox.standby.address, "0", "0", "1"]
+    assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
+                            sandbox.standby.address, "1"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
-    assert {"channel": unique_name, "source": sandbox.source.address, "standby": sandbox.standby.address,
-            "checkpoint_id": 0, "checkpoint_tid": 0, "schema_version": 1} in json.loads(as_json.stdout)
+    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": 0,
+            "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None, "source": sandbox.source.address,
+            "standby": sandbox.standby.address, "schema_version": 1} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
