@@ -595,7 +595,8 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
                 "use. Run the gate version that created it, or create a new channel and let it start from a fresh "
                 "position.", env={"X": "x"})
     listed = json.loads(gate("--json", "channel", "list").stdout)
-    assert {"channel": unique_name, "source": None, "standby": None, "checkpoint_id": None, "checkpoint_tid": None,
+    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": None,
+            "checkpoint_tid": None, "metrics_address": None, "metrics_port": None, "source": None, "standby": None,
             "schema_version": 99} in listed
     foreign = f"{unique_name}_app"
     with sandbox.dc.connect() as conn, conn.cursor() as cur:

@@ -164,23 +164,25 @@ def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
 def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
     """One entry per channel on the DC server: whether a gate runs it (the lock's holder, with the host and
     pid it recorded), its lag (as 'gate status' computes it), checkpoint, metrics address, servers and
-    schema version. Channels of an incompatible schema show only their name and version."""
+    schema version. Of a channel with an incompatible schema only its name, version, state and the lock's
+    DC connection: its tables may mean something else."""
     result = []
     with dc.connect(dc_server, "DC") as conn:
         for name in dc.list_channels(conn):
             version = dc.stored_schema_version(conn, name)
-            row: dict[str, Any] = {"channel": name, "state": None, "gate": None, "lag_seconds": None,
-                                   "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None,
-                                   "metrics_port": None, "source": None, "standby": None, "schema_version": version}
-            if version in dc_schema.COMPATIBLE_VERSIONS:
+            compatible = version in dc_schema.COMPATIBLE_VERSIONS
+            holder, runner = dc.running_gate(conn, name) if compatible else (dc.lock_holder(conn, name), None)
+            row: dict[str, Any] = {
+                "channel": name, "state": "stopped" if holder is None else "running",
+                "gate": None if holder is None else {"connection": holder, "host": runner and runner.host,
+                                                     "pid": runner and runner.pid},
+                "lag_seconds": None, "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None,
+                "metrics_port": None, "source": None, "standby": None, "schema_version": version}
+            if compatible:
                 settings = dc.read_settings(conn, name)
                 resume = dc.read_resume(conn, name)
-                holder, runner = dc.running_gate(conn, name)
                 metrics = _metrics_at(settings, runner)
-                row.update(state="stopped" if holder is None else "running",
-                           gate=None if holder is None else {"connection": holder, "host": runner and runner.host,
-                                                             "pid": runner and runner.pid},
-                           lag_seconds=source_lag(settings.source, resume)[1], checkpoint_id=resume.id,
+                row.update(lag_seconds=source_lag(settings.source, resume)[1], checkpoint_id=resume.id,
                            checkpoint_tid=resume.tid, metrics_address=metrics and metrics[0],
                            metrics_port=metrics and metrics[1], source=settings.source.address,
                            standby=settings.standby.address if settings.standby else None)
