@@ -113,13 +113,14 @@ def test_set_changes_the_metrics_settings_of_an_existing_channel(gate: Gate, san
     port = free_port()
     make_channel(sandbox.dc, sandbox.source, other, defaults=ChannelDefaults(metrics_port=port,
                                                                              metrics_address="0.0.0.0"))
-    for option, value, message in (
-            ("--metrics-port", "70000", "--metrics-port must be between 0 and 65535, not 70000."),
-            ("--ready-lag-seconds", "-1", "--ready-lag-seconds must be between 0 and 86400, not -1.0."),
-            ("--stuck-after-seconds", "0", "--stuck-after-seconds must be between 1 and 86400, not 0.0."),
-            ("--metrics-address", "a b", "--metrics-address 'a b' is not an address to listen on. Give an IP "
+    for options, message in (  # with another option given too, that is not stored either
+            (["--on-divergence", "continue", "--metrics-port", "70000"],
+             "--metrics-port must be between 0 and 65535, not 70000."),
+            (["--ready-lag-seconds", "-1"], "--ready-lag-seconds must be between 0 and 86400, not -1.0."),
+            (["--stuck-after-seconds", "0"], "--stuck-after-seconds must be between 1 and 86400, not 0.0."),
+            (["--metrics-address", "a b"], "--metrics-address 'a b' is not an address to listen on. Give an IP "
              "address of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface).")):
-        refused(gate, sandbox, ["channel", "set", unique_name, option, value], 2, message)
+        refused(gate, sandbox, ["channel", "set", unique_name, *options], 2, message)
 
     result = gate("--json", "channel", "set", unique_name, "--metrics-port", str(port), "--metrics-address",
                   "0.0.0.0", "--ready-lag-seconds", "300", "--stuck-after-seconds", "30")

@@ -436,23 +436,23 @@ METRICS_SETTINGS = ("metrics_port", "metrics_address", "stuck_after_seconds", "r
 _LISTEN_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,255}$")
 
 
-def set_metrics(dc_server: ServerConfig, name: str, **changes: Any) -> tuple[ChannelSettings, list[str]]:
-    """Change the channel's metrics settings (metrics_port, metrics_address, stuck_after_seconds,
-    ready_lag_seconds; None keeps one). Returns the settings and warnings: another channel on the DC
-    configured with the same address and port (two gates on one host cannot both listen there).
-    A running gate applies the two limits within seconds, the address and port when it next starts."""
+def set_metrics(dc_server: ServerConfig, name: str, metrics_port: int | None = None, metrics_address: str | None = None,
+                stuck_after_seconds: float | None = None,
+                ready_lag_seconds: float | None = None) -> tuple[ChannelSettings, list[str]]:
+    """Change the channel's metrics settings (None keeps one). Returns the settings and warnings: another
+    channel on the DC configured with the same address and port (two gates on one host cannot both listen
+    there). A running gate applies the two limits within seconds, the address and port when it next starts."""
     check_identifier(name, "Channel name")
-    chosen = {k: v for k, v in changes.items() if v is not None}
-    for key, value in chosen.items():
-        if key not in METRICS_SETTINGS:
-            raise InvalidValue(f"{key} is not a metrics setting; the metrics settings are {', '.join(METRICS_SETTINGS)}.")
-        if key == "metrics_address":
-            if not _LISTEN_ADDRESS.match(value):
-                raise InvalidValue(f"--metrics-address {value!r} is not an address to listen on. Give an IP address "
-                                   "of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every "
-                                   "interface).")
-        else:
+    if metrics_address is not None and not _LISTEN_ADDRESS.match(metrics_address):
+        raise InvalidValue(f"--metrics-address {metrics_address!r} is not an address to listen on. Give an IP address "
+                           "of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface).")
+    numbers: dict[str, float | None] = {"metrics_port": metrics_port, "stuck_after_seconds": stuck_after_seconds,
+               "ready_lag_seconds": ready_lag_seconds}
+    for key, value in numbers.items():
+        if value is not None:
             check_range(f"channel_defaults.{key}", value, "--" + key.replace("_", "-"))
+    chosen: dict[str, Any] = {k: v for k, v in {**numbers, "metrics_address": metrics_address}.items()
+                              if v is not None}
     with dc.connect(dc_server, "DC") as conn:
         settings = dc.read_settings(conn, name)
         if chosen:

@@ -360,14 +360,13 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         gate channel set shop --failover-mode fingerprint
         gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
     """
+    _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
+                                      ready_lag_seconds)  # first: it checks its values before it changes anything
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
-    data: dict[str, Any] = {"channel": name, "failover_mode": settings.failover_mode,
-                            "on_divergence": settings.on_divergence}
-    settings, clashes = channels.set_metrics(app.dc, name, metrics_port=metrics_port, metrics_address=metrics_address,
-                                             stuck_after_seconds=stuck_after_seconds,
-                                             ready_lag_seconds=ready_lag_seconds)
     for clash in clashes:
         click.echo(f"warning: {clash}", err=True)
+    data: dict[str, Any] = {"channel": name, "failover_mode": settings.failover_mode,
+                            "on_divergence": settings.on_divergence}
     defaults = asdict(settings.defaults)
     data.update({key: defaults[key] for key in channels.METRICS_SETTINGS})
     app.emit(data, pairs(data))
