@@ -156,3 +156,20 @@ def test_set_changes_the_metrics_settings_of_an_existing_channel(gate: Gate, san
     assert body.startswith("lagging: ") and body.endswith(" s behind the source (limit 0 s)\n"), body
     run.terminate()
     assert run.wait(timeout=60) == 0
+
+
+def test_gate_run_records_itself_only_in_a_channel_of_its_schema(gate: Gate, sandbox: Sandbox, unique_name: str,
+                                                                tmp_path: Path) -> None:
+    """A database whose creation stopped part way stays recognisable as such (an empty gate_meta)."""
+    make_channel(sandbox.dc, sandbox.source, unique_name)
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DELETE FROM `{unique_name}`.gate_meta")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {sandbox.dc.port}\n  user: root\n  password: ''\n")
+    run = subprocess.run([GATE, "--config", str(config), "run", unique_name, "--no-check"], capture_output=True,
+                         text=True, timeout=60)
+    assert (run.returncode, run.stderr) == (1, (
+        f"error: Channel '{unique_name}' was not completely created (its creation stopped part way), so gate cannot "
+        f"use it. Remove it with 'gate channel drop {unique_name}' and create it again.\n"))
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        assert cur.execute(f"SELECT * FROM `{unique_name}`.gate_meta") == 0

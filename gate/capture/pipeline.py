@@ -57,6 +57,7 @@ from gate.common.dc import (
     read_settings,
     record_runner,
     remove_above_checkpoint,
+    schema_version,
     take_lock,
     write_resume,
 )
@@ -191,6 +192,11 @@ class Pipeline:
                 f"Channel '{self.channel}' is already being run by another gate process (DC connection "
                 f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
             )
+        try:
+            schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
+        except GateError:
+            conn.close()
+            raise
         self._announce(conn)
         return conn
 
