@@ -160,14 +160,17 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     listed = gate("channel", "list")
     outputs.append(listed.output)
     header = listed.stdout.splitlines()[0]
-    assert header.split() == ["channel", "source", "standby", "checkpoint_id", "checkpoint_tid", "schema_version"]
+    assert header.split() == ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid", "metrics",
+                              "source", "standby", "schema_version"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
-    assert line.split() == [unique_name, sandbox.source.address, sandbox.standby.address, "0", "0", "1"]
+    assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
+                            sandbox.standby.address, "1"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
-    assert {"channel": unique_name, "source": sandbox.source.address, "standby": sandbox.standby.address,
-            "checkpoint_id": 0, "checkpoint_tid": 0, "schema_version": 1} in json.loads(as_json.stdout)
+    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": 0,
+            "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None, "source": sandbox.source.address,
+            "standby": sandbox.standby.address, "schema_version": 1} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
@@ -592,7 +595,8 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
                 "use. Run the gate version that created it, or create a new channel and let it start from a fresh "
                 "position.", env={"X": "x"})
     listed = json.loads(gate("--json", "channel", "list").stdout)
-    assert {"channel": unique_name, "source": None, "standby": None, "checkpoint_id": None, "checkpoint_tid": None,
+    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": None,
+            "checkpoint_tid": None, "metrics_address": None, "metrics_port": None, "source": None, "standby": None,
             "schema_version": 99} in listed
     foreign = f"{unique_name}_app"
     with sandbox.dc.connect() as conn, conn.cursor() as cur:

@@ -13,7 +13,7 @@ import pymysql
 from gate.admin.snapshot import read_snapshots
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
-from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
+from gate.common.dc import ResumeState, connect, lock_holder, one_row, q, read_resume, read_settings
 from gate.common.errors import GateError
 
 # What a binlog holds around a rotation (FLUSH BINARY LOGS, a restart, max_binlog_size): no transaction.
@@ -66,6 +66,32 @@ def only_bookkeeping_after(cur: pymysql.cursors.Cursor, log_file: str, log_pos: 
     return True
 
 
+def source_lag(source: ServerConfig, state: ResumeState) -> tuple[str | None, float | None]:
+    """The source's binlog end (``FILE:POS``, None when unreachable) and how far ``state`` is behind it, in
+    seconds: 0 when the resume position is that end or only a binlog rotation follows it, else the source's
+    clock (this host's when unreachable) minus the source time of the last checkpointed transaction; None
+    when the channel has checkpointed no transaction yet and is not at the end."""
+    resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
+    at_end = False
+    try:
+        with connect(source, "source", connect_timeout=3) as sconn, sconn.cursor() as scur:
+            scur.execute("SHOW MASTER STATUS")
+            row = scur.fetchone()
+            source_pos = f"{row[0]}:{row[1]}" if row else None
+            scur.execute("SELECT UNIX_TIMESTAMP()")
+            source_now = float(one_row(scur)[0])
+            at_end = resume_pos is not None and resume_pos == source_pos or (
+                state.log_file is not None and state.log_pos is not None
+                and only_bookkeeping_after(scur, state.log_file, state.log_pos))
+    except GateError:
+        source_pos, source_now = None, time.time()
+    if at_end:
+        return source_pos, 0.0
+    if state.event_time:
+        return source_pos, round(max(0.0, source_now - state.event_time), 3)
+    return source_pos, None
+
+
 def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) -> ChannelStatus:
     """Read the channel twice, ``sample_seconds`` apart, to measure rows/s at the checkpoint."""
     with connect(dc, "DC", channel) as conn, conn.cursor() as cur:
@@ -90,31 +116,13 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         stuck = stuck_rows(cur, channel, state.id)
         pending = read_snapshots(cur, channel, active_only=True)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
-    at_end = False
-    try:
-        with connect(settings.source, "source", connect_timeout=3) as sconn, sconn.cursor() as scur:
-            scur.execute("SHOW MASTER STATUS")
-            row = scur.fetchone()
-            source_pos = f"{row[0]}:{row[1]}" if row else None
-            scur.execute("SELECT UNIX_TIMESTAMP()")
-            source_now = float(one_row(scur)[0])
-            at_end = resume_pos is not None and resume_pos == source_pos or (
-                state.log_file is not None and state.log_pos is not None
-                and only_bookkeeping_after(scur, state.log_file, state.log_pos))
-    except GateError:
-        source_pos, source_now = None, time.time()
-    if at_end:
-        lag: float | None = 0.0
-    elif state.event_time:
-        lag = max(0.0, source_now - state.event_time)
-    else:
-        lag = None
+    source_pos, lag = source_lag(settings.source, state)
     rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
     return ChannelStatus(
         channel=channel, state="running" if running else "stopped", source=settings.source.address,
         source_position=source_pos, resume_position=resume_pos, checkpoint_id=state.id,
         checkpoint_tid=state.tid, last_create_time=str(last) if last else None,
-        lag_seconds=None if lag is None else round(lag, 3),
+        lag_seconds=lag,
         rows_per_second=None if rate is None else round(rate, 1),
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -88,6 +88,7 @@ class RunMetrics:
     earlier_disconnects: int = 0  # binlog streams lost by the readers of earlier sources (before a switch)
     failovers: int = 0
     last_event_time: int = 0
+    binlog_expire: float = 0.0  # how long the source keeps its binlogs (0: until purged by hand)
     dc_connected: bool = True
     written: dict[str, int] = field(default_factory=dict)
     loop_at: float = field(default_factory=time.monotonic)
@@ -104,6 +105,7 @@ class RunMetrics:
                                   "the source to the checkpoint that makes it visible in the DC", ["channel"],
                                   registry=self.registry, buckets=VISIBLE_BUCKETS).labels(self.channel)
         self.registry.register(_Figures(self))
+        ProcessCollector(registry=self.registry)  # process_start_time_seconds: restarts show as its changes
 
     # --- what the pipeline reports ----------------------------------------------------------
 
@@ -200,6 +202,8 @@ class _Figures(Collector):
                     "(Unix time)", m.last_event_time)
         yield gauge("gate_replication_lag_seconds", "Seconds the checkpoint is behind the source (0 at its end)",
                     m.lag())
+        yield gauge("gate_source_binlog_expire_seconds", "How long the source keeps its binary logs "
+                    "(binlog_expire_logs_seconds; 0: until purged by hand)", m.binlog_expire)
         stage = m.stage
         if stage is None:
             return
@@ -251,6 +255,7 @@ class MetricsServer:
                 "this host with --metrics-address."
             ) from exc
         self._server.daemon_threads = True
+        self.address = address
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="gate-metrics", daemon=True)
         self._thread.start()

@@ -9,7 +9,9 @@ same boundary yields the same ids and tids, so a restart continues exactly where
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,12 +49,15 @@ from gate.common.config import ServerConfig
 from gate.common.dc import (
     ChannelSettings,
     ResumeState,
+    Runner,
     connect,
     one_row,
     q,
     read_resume,
     read_settings,
+    record_runner,
     remove_above_checkpoint,
+    schema_version,
     take_lock,
     write_resume,
 )
@@ -104,6 +109,21 @@ def describe_columns(server: ServerConfig, retry_for: float, stopping: threading
                 time.sleep(backoff(int(now - failing_since)))
 
     return describe
+
+
+_ER_UNKNOWN_SYSTEM_VARIABLE = 1193
+
+
+def binlog_expire_seconds(cur: pymysql.cursors.Cursor) -> float:
+    """How long the source keeps its binary logs (binlog_expire_logs_seconds, else expire_logs_days on
+    servers without it); 0: until purged by hand."""
+    try:
+        cur.execute("SELECT @@binlog_expire_logs_seconds")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_UNKNOWN_SYSTEM_VARIABLE:
+            raise
+        cur.execute("SELECT @@expire_logs_days * 86400")
+    return float(one_row(cur)[0])
 
 
 @dataclass
@@ -172,7 +192,19 @@ class Pipeline:
                 f"Channel '{self.channel}' is already being run by another gate process (DC connection "
                 f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
             )
+        try:
+            schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
+        except GateError:
+            conn.close()
+            raise
+        self._announce(conn)
         return conn
+
+    def _announce(self, conn: pymysql.Connection) -> None:
+        """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
+        server = self.metrics_server
+        record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
+                                                 f"{server.address}:{server.port}" if server else None))
 
     def _ctl_conn(self) -> pymysql.Connection:
         """The control connection, reopened (and the lock retaken) after a DC restart."""
@@ -239,6 +271,7 @@ class Pipeline:
         if port and self.metrics_server is None:
             self.metrics_server = MetricsServer(self.metrics, self.metrics_address or settings.defaults.metrics_address,
                                                 port)
+            self._announce(self._ctl_conn())
 
     def _run(self) -> RunStats:
         while True:
@@ -289,6 +322,7 @@ class Pipeline:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
                 cur.execute("SELECT @@server_id")
                 server_id = one_row(cur)[0]
+                self.metrics.binlog_expire = binlog_expire_seconds(cur)
         except GateError:
             return  # unreachable now: the reader will say so
         with self._ctl_conn().cursor() as cur:
@@ -421,13 +455,15 @@ class Pipeline:
                 time.sleep(0.5)
 
     def _reread_filter(self, translator: Translator, at: str) -> None:
-        """Apply the channel's allow and deny lists and column rules as stored now ('gate channel filter' or
-        'gate channel columns' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
+        """Apply the channel's allow and deny lists, column rules and health limits as stored now ('gate channel
+        filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
         try:
             settings = read_settings(self._ctl_conn(), self.channel)
         except (GateError, pymysql.err.Error) as exc:
             log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
             return
+        self.metrics.stuck_after = settings.defaults.stuck_after_seconds  # 'gate channel set' while gate runs
+        self.metrics.ready_lag = settings.defaults.ready_lag_seconds
         new, old = TableFilter(settings.allow, settings.deny), translator.filter
         if new != old:
             translator.filter = new

@@ -100,22 +100,38 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
                                                                 "table on the source yet"))
 
 
+def _describe_gate(gate: dict[str, Any] | None) -> str | None:
+    """The running gate as HOST/PID, or by its DC connection when it recorded neither."""
+    if gate is None:
+        return None
+    return f"{gate['host']}/{gate['pid']}" if gate["host"] else f"connection {gate['connection']}"
+
+
 @channel.command(name="list")
 @pass_app
 def list_(app: App) -> None:
-    """List the channels on the DC server.
+    """List the channels on the DC server: which run, how far behind, where their metrics are.
 
-    Shows each channel's source and standby, its checkpoint (id and tid of the last complete
-    transaction in transfer_data) and the DC schema version it was created with.
+    For each channel: state (running when a gate holds the channel's lock on the DC server, else
+    stopped); gate, the running gate's host and pid (HOST/PID); lag_seconds, as 'gate status' computes
+    it: 0 when the channel's resume position is the source's binlog end, else the source's clock minus
+    the source time of the last checkpointed transaction (so an idle source does not make it grow, and
+    a stopped channel's lag grows while the source moves on); the checkpoint (id and tid of the last
+    complete transaction in transfer_data); metrics, the address and port the running gate serves
+    /metrics on (for a stopped channel: its metrics_port setting); source, standby and the DC schema
+    version it was created with. Asks each source for its binlog end (3 s timeout).
 
     Example:
 
     \b
         gate channel list
+        gate --json channel list
     """
     rows = channels.summaries(app.dc)
-    app.emit(rows, table(rows, ["channel", "source", "standby", "checkpoint_id", "checkpoint_tid",
-                                "schema_version"]))
+    shown = [{**row, "gate": _describe_gate(row["gate"]),
+              "metrics": row["metrics_port"] and f"{row['metrics_address']}:{row['metrics_port']}"} for row in rows]
+    app.emit(rows, table(shown, ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid",
+                                 "metrics", "source", "standby", "schema_version"]))
 
 
 @channel.command()
@@ -342,24 +358,46 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
                    "timestamp, row images) for binlogs without GTIDs")
 @click.option("--on-divergence", type=click.Choice(failover.ON_DIVERGENCE),
               help="when the DC holds transactions the standby never received: stop gate, or report and go on")
+@click.option("--metrics-port", type=int, metavar="PORT",
+              help="the port 'gate run' serves /metrics, /healthz and /readyz on, 0 for none")
+@click.option("--metrics-address", metavar="ADDRESS", help="the interface they listen on, e.g. 127.0.0.1 or 0.0.0.0")
+@click.option("--stuck-after-seconds", type=float, metavar="S",
+              help="/healthz says 503 after this long without progress while there is work")
+@click.option("--ready-lag-seconds", type=float, metavar="S", help="/readyz says 503 while the lag is above this")
 @pass_app
-def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None) -> None:
-    """Set a channel's failover behaviour.
+def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, metrics_port: int | None,
+         metrics_address: str | None, stuck_after_seconds: float | None, ready_lag_seconds: float | None) -> None:
+    """Set a channel's failover behaviour and its metrics and health settings.
 
     --failover-mode chooses how gate, after a switch, recognises the standby's transactions that the DC
     already holds. --on-divergence chooses what happens when the DC holds transactions the standby
     never received (lost by asynchronous replication): 'stop' makes gate exit with the report,
     'continue' logs the report and goes on. A running gate reads these settings when it next starts
-    the channel. With no option the settings are only shown.
+    the channel.
+
+    --metrics-port and --metrics-address set where 'gate run' serves its metrics and health endpoints
+    (its --metrics-port and --metrics-address options override them); give each channel run on one
+    host its own port (a warning names another channel with the same address and port).
+    --stuck-after-seconds and --ready-lag-seconds are the limits of /healthz and /readyz. A running
+    gate applies the two limits within seconds, a new address or port when it next starts. With no
+    option the settings are only shown.
 
     Example:
 
     \b
         gate channel set shop --on-divergence continue
         gate channel set shop --failover-mode fingerprint
+        gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
     """
+    _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
+                                      ready_lag_seconds)  # first: it checks its values before it changes anything
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
-    data = {"channel": name, "failover_mode": settings.failover_mode, "on_divergence": settings.on_divergence}
+    for clash in clashes:
+        click.echo(f"warning: {clash}", err=True)
+    data: dict[str, Any] = {"channel": name, "failover_mode": settings.failover_mode,
+                            "on_divergence": settings.on_divergence}
+    defaults = asdict(settings.defaults)
+    data.update({key: defaults[key] for key in channels.METRICS_SETTINGS})
     app.emit(data, pairs(data))
 
 
