@@ -71,7 +71,8 @@ def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any
 def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox: Any) -> None:
     start_child("gate-decoder")
     fix_library_charsets()
-    translator = Translator(ZoneInfo(timezone), binary_format, TableFilter())  # the reader's process filtered
+    # the reader's process filtered; row data is decoded by compiled per-table decoders
+    translator = Translator(ZoneInfo(timezone), binary_format, TableFilter(), compiled=True)
     while (message := inbox.get()) is not None:
         no = -1
         try:

@@ -15,7 +15,8 @@ gate touches the library's private names. What gate relies on, and why:
   connection's ``charset`` and ``_get_dbms()``: what the library needs to rebuild a row event from its
   raw bytes in a decoder process (:class:`StreamFormat`, :func:`rebuild_rows_event`), along with
   ``BinLogPacketWrapper``'s positional arguments and the raw packet ``event.packet.packet._data``
-  (:func:`raw_packet`).
+  (:func:`raw_packet`); its read position ``_position`` and the wrapper's ``read_bytes``, where a row
+  event's rows begin and end once the library has read its header (:func:`row_data`).
 - ``RowsEvent.charset_to_encoding``: replaced by :func:`fix_library_charsets`, because the library
   decodes MySQL's latin1 as Python's cp1252 (which has no mapping for 0x81, 0x8D, 0x8F, 0x90, 0x9D
   and raises) and names utf16/utf32/ucs2/utf16le codecs wrongly.
@@ -134,6 +135,15 @@ class Ctl:
 def raw_packet(event: Any) -> bytes:
     """The bytes of a row event as the server sent them (its header included)."""
     return event.packet.packet._data
+
+
+def row_data(event: Any) -> tuple[bytes, int, int]:
+    """A row event's raw packet and where its rows lie in it: the library has read the header and the
+    columns-present bitmaps and not yet the rows (it reads them when ``event.rows`` is first asked for)."""
+    wrapper = event.packet
+    packet = wrapper.packet
+    start = packet._position
+    return packet._data, start, start + event.event_size - wrapper.read_bytes
 
 
 def rebuild_rows_event(raw: bytes, table: Any, fmt: StreamFormat, ctl: Ctl) -> Any:
