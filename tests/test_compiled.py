@@ -45,10 +45,11 @@ from tests.test_type_matrix import (
 )
 
 _server_ids = itertools.count(7401)
-RULES = (ColumnRule("exclude", "*.*.bl"), ColumnRule("mask", "*.*.en"), ColumnRule("hash", "*.*.vc_u", key_env="GATE_TEST_HASH_KEY"),
-         ColumnRule("hash", "*.*.bn", key_env="GATE_TEST_HASH_KEY"), ColumnRule("truncate", "*.*.tx_u", length=3),
-         ColumnRule("truncate", "*.*.vb", length=2), ColumnRule("mask", "*.*.dt3"), ColumnRule("truncate", "*.*.st", length=1),
-         ColumnRule("hash", "*.*.dte", key_env="GATE_TEST_HASH_KEY"))
+KEY_ENV = "GATE_TEST_HASH_KEY"
+RULES = (ColumnRule("exclude", "*.*.bl"), ColumnRule("mask", "*.*.en"), ColumnRule("hash", "*.*.vc_u", key_env=KEY_ENV),
+         ColumnRule("hash", "*.*.bn", key_env=KEY_ENV), ColumnRule("truncate", "*.*.tx_u", length=3),
+         ColumnRule("truncate", "*.*.vb", length=2), ColumnRule("mask", "*.*.dt3"),
+         ColumnRule("truncate", "*.*.st", length=1), ColumnRule("hash", "*.*.dte", key_env=KEY_ENV))
 
 
 def both_ways(server: Any, schema: str, start: tuple[str, int], tz: tzinfo, binary_format: BinaryFormat,
@@ -86,7 +87,7 @@ def both_ways(server: Any, schema: str, start: tuple[str, int], tz: tzinfo, bina
 
 @pytest.fixture
 def source(sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[pymysql.cursors.Cursor]:
-    monkeypatch.setenv("GATE_TEST_HASH_KEY", "compiled-test-key")
+    monkeypatch.setenv(KEY_ENV, "compiled-test-key")
     conn = sandbox.source.connect()
     cur = conn.cursor()
     cur.execute(f"CREATE DATABASE `{unique_name}`")

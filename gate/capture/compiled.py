@@ -69,6 +69,11 @@ def supported(columns: Sequence[Column]) -> bool:
     return all(column.type in _SUPPORTED for column in columns)
 
 
+def column_shape(column: Column) -> tuple[Any, ...]:
+    """Everything a table map says of a column, hashable: equal shapes decode alike."""
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(column).items())
+
+
 class _Source:
     """Python source of one image function, with the objects it refers to."""
 
@@ -140,11 +145,11 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t == FIELD_TYPE.DATETIME2:
         return _datetime_lines(src, fsp), "safe"
     if t == FIELD_TYPE.TIMESTAMP2:
-        render, _ = column_renderer(column, tz, binary_format)
+        stamp, _ = column_renderer(column, tz, binary_format)
         utc = src.const(datetime.utcfromtimestamp)
         return ["s = int.from_bytes(data[p:p + 4], 'big', signed=True)", "p += 4", *_fsp_lines(fsp),
                 f"v = {utc}(s)", "if us > 0: v = v.replace(microsecond=us)",
-                f"t = {src.const(render)}(v)"], "safe"
+                f"t = {src.const(stamp)}(v)"], "safe"
     if t == FIELD_TYPE.TIME2:
         return _time_lines(src, fsp), "safe"
     if t in _TEXT or t == FIELD_TYPE.GEOMETRY:
@@ -277,38 +282,87 @@ def _cell(src: _Source, key: str, kind: str | None, binary: bool, change: Transf
     return f"{src.const(key)} + {enc}(t) + '}}'"
 
 
+_FIXED = {FIELD_TYPE.FLOAT: ("f", 4, render_float32), FIELD_TYPE.DOUBLE: ("d", 8, render_float64)}
+
+
+def _fixed(column: Column) -> tuple[str, int, Callable[[Any], str]] | None:
+    """The ``struct`` code, size and renderer of a column a run of fixed-width columns can unpack at once."""
+    if column.type in _INTS:
+        signed, unsigned, size = _INTS[column.type]
+        return (unsigned if column.unsigned else signed)[-1], size, str
+    return _FIXED.get(column.type)
+
+
 def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFormat,
                   treatments: Sequence[tuple[bool, Transform | None]]) -> _Source:
-    """``def image(data, p)``: the JSON text of one row image at ``p`` and the position after it."""
+    """``def image(data, p)``: the JSON text of one row image at ``p`` and the position after it.
+
+    Two bodies: straight-line code for an image without NULLs (the usual case), where runs of
+    fixed-width columns are unpacked by one ``struct`` format, and a general one testing each
+    column's bit in the NULL bitmap."""
     src = _Source()
     encode = _ENCODERS[binary_format]
     null_bytes = (len(columns) + 7) // 8
-    src.add(0, "def image(data, p):",
-            f"    nulls = int.from_bytes(data[p:p + {null_bytes}], 'little')",
-            f"    p += {null_bytes}",
-            "    out = []",
-            "    put = out.append")
+    plans = []  # per column: (excluded, value lines, the cell expression, the zero cell or None)
     for i, column in enumerate(columns):
         excluded, change = treatments[i] if treatments else (False, None)
         key = "{" + encode_basestring(column.name or f"UNKNOWN_COL{i}") + ":"
         lines, kind = _value_lines(src, column, tz, binary_format, change is None)
-        src.add(1, f"if nulls & {1 << i}:", "    pass" if excluded else f"    put({key + 'null}'!r})", "else:")
-        may_be_zero = any(line.endswith("z = 1") for line in lines)
-        if may_be_zero:
-            src.add(2, "z = 0")
-        src.add(2, *lines)
-        if excluded:
-            continue
         cell = _cell(src, key, kind, _binary_padding(column) is not None, change, encode)
-        if may_be_zero:
+        zero_cell = None
+        if any(line.endswith("z = 1") for line in lines):
             _, zero = column_renderer(column, tz, binary_format)
             assert zero is not None
-            text = zero if change is None else change(zero)
-            src.add(2, f"put({key + encode_basestring(text) + '}'!r} if z else {cell})")
-        else:
-            src.add(2, f"put({cell})")
+            zero_cell = key + encode_basestring(zero if change is None else str(change(zero))) + "}"
+        plans.append((excluded, lines, cell, zero_cell, key + "null}"))
+    src.add(0, "def image(data, p):",
+            f"    nulls = int.from_bytes(data[p:p + {null_bytes}], 'little')",
+            f"    p += {null_bytes}",
+            "    if not nulls:")
+    cells = []
+    i = 0
+    while i < len(columns):  # no NULL
+        run = i
+        while run < len(columns) and _fixed(columns[run]) is not None and treatments_plain(treatments, run):
+            run += 1
+        if run - i >= 2:
+            parts = [_fixed(columns[k]) for k in range(i, run)]
+            unpack = src.const(struct.Struct("<" + "".join(part[0] for part in parts if part)).unpack_from)
+            src.add(2, f"v = {unpack}(data, p)", f"p += {sum(part[1] for part in parts if part)}")
+            for n, k in enumerate(range(i, run)):
+                part = parts[n]
+                assert part is not None
+                excluded, _, cell, _, _ = plans[k]
+                if not excluded:
+                    render = "str" if part[2] is str else src.const(part[2])
+                    src.add(2, f"t = {render}(v[{n}])", f"c{k} = {cell}")
+                    cells.append(f"c{k}")
+            i = run
+            continue
+        excluded, lines, cell, zero_cell, _ = plans[i]
+        if zero_cell is not None:
+            src.add(2, "z = 0")
+        src.add(2, *lines)
+        if not excluded:
+            src.add(2, f"c{i} = {zero_cell!r} if z else {cell}" if zero_cell is not None else f"c{i} = {cell}")
+            cells.append(f"c{i}")
+        i += 1
+    src.add(2, f"return '[' + ','.join(({', '.join(cells)}{',' if len(cells) == 1 else ''})) + ']', p")
+    src.add(1, "out = []", "put = out.append")
+    for i, (excluded, lines, cell, zero_cell, null_cell) in enumerate(plans):  # some NULL
+        src.add(1, f"if nulls & {1 << i}:", "    pass" if excluded else f"    put({null_cell!r})", "else:")
+        if zero_cell is not None:
+            src.add(2, "z = 0")
+        src.add(2, *lines)
+        if not excluded:
+            src.add(2, f"put({zero_cell!r} if z else {cell})" if zero_cell is not None else f"put({cell})")
     src.add(1, "return '[' + ','.join(out) + ']', p")
     return src
+
+
+def treatments_plain(treatments: Sequence[tuple[bool, Transform | None]], i: int) -> bool:
+    """Whether column ``i`` has no value transform (excluded columns are read, not rendered)."""
+    return not treatments or treatments[i][1] is None
 
 
 def _ruled_binary(change: Transform, encode: Callable[[bytes], str]) -> Callable[[bytes], str]:

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
-from gate.capture.compiled import TableDecoder, build
+from gate.capture.compiled import TableDecoder, build, column_shape
 from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
 from gate.capture.libshim import row_data
 from gate.capture.reader import Rows, Statement
@@ -107,6 +107,7 @@ class Translator:
         self._checked: dict[int, tuple[Any, object]] = {}  # the table maps the rules were checked against
         self.compiled = compiled
         self._decoders: dict[int, tuple[Any, TableDecoder | None]] = {}  # id(table) -> (table, its compiled decoder)
+        self._shapes: dict[tuple[Any, ...], TableDecoder | None] = {}  # what a table map says -> its decoder
         self.rules: tuple[ColumnRule, ...] = ()
         self._keys: dict[str, bytes] = {}
         self.set_rules(rules)
@@ -120,6 +121,7 @@ class Translator:
             self._renderers.clear()
             self._checked.clear()
             self._decoders.clear()
+            self._shapes.clear()
 
     def _treatments(self, event: Any) -> list[tuple[bool, Transform | None]]:
         """Per column of a row event's table map: (excluded, value transform); a rule on a key column is refused."""
@@ -146,10 +148,19 @@ class Translator:
             event.columns, self.tz, self.binary_format, self._treatments(event) if self.rules else ()))
 
     def _decoder(self, event: Any) -> TableDecoder | None:
-        """The compiled decoder of the event's table map (None: a column type it does not cover)."""
-        return _per_table_map(self._decoders, event, lambda: build(
-            event.columns, self.tz, self.binary_format, self._treatments(event) if self.rules else (),
-            f"{event.schema}.{event.table}"))
+        """The compiled decoder of the event's table map (None: a column type it does not cover). The
+        library makes a new table map object per transaction; one that describes the same table the
+        same way as an earlier one gets that one's decoder instead of compiling it again."""
+        return _per_table_map(self._decoders, event, lambda: self._decoder_of_shape(event))
+
+    def _decoder_of_shape(self, event: Any) -> TableDecoder | None:
+        shape = (event.schema, event.table, tuple(column_shape(column) for column in event.columns))
+        if shape not in self._shapes:
+            if len(self._shapes) >= 256:
+                self._shapes.clear()
+            self._shapes[shape] = build(event.columns, self.tz, self.binary_format,
+                                        self._treatments(event) if self.rules else (), f"{event.schema}.{event.table}")
+        return self._shapes[shape]
 
     def check_image(self, item: Rows) -> None:
         """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""
