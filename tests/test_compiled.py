@@ -27,11 +27,12 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from gate.capture.compiled import build
 from gate.capture.libshim import Ctl, StreamFormat, fix_library_charsets, raw_packet, rebuild_rows_event, row_data
-from gate.capture.reader import ROW_EVENTS, Rows
+from gate.capture.reader import ROW_EVENTS, BinlogReader, Idle, Rows, current_position
 from gate.capture.translate import TableFilter, Translator
 from gate.capture.values import BinaryFormat
 from gate.common.columns import ColumnRule
 from gate.devtools.sandbox import Sandbox
+from tests.replay import server_config
 from tests.test_type_matrix import (
     BIT_WIDTHS,
     COLUMNS,
@@ -317,3 +318,28 @@ def test_build_declines_types_it_has_no_form_for() -> None:
     decoder = build([Column(name="i", type=FIELD_TYPE.LONG, unsigned=True)], timezone.utc, "base64")
     assert decoder is not None and decoder.image(b"\x00\xff\xff\xff\xff", 0) == ('[{"i":"4294967295"}]', 5)
     assert decoder.image(b"\x01", 0) == ('[{"i":null}]', 1)
+
+
+def test_a_table_map_seen_before_is_not_parsed_again(sandbox: Sandbox, unique_name: str,
+                                                     source: pymysql.cursors.Cursor) -> None:
+    """The reader parses each distinct TableMap once: the same table map in later transactions is the
+    same Table object; after an ALTER the TableMap differs and is parsed again (the new column shows)."""
+    cur = source
+    cur.execute("CREATE TABLE t (id INT NOT NULL PRIMARY KEY, v VARCHAR(10))")
+    start = current_position(server_config(sandbox.source))
+    for n in (1, 2):
+        cur.execute("INSERT INTO t VALUES (%s, 'x')", (n,))
+    cur.execute("ALTER TABLE t ADD COLUMN w INT")
+    cur.execute("INSERT INTO t VALUES (3, 'y', 7)")
+    reader = BinlogReader(server_config(sandbox.source), next(_server_ids), start)
+    translator = Translator(timezone.utc, "base64", TableFilter(), compiled=True)
+    tables, texts = [], []
+    for item in reader:
+        if type(item) is Rows and item.event.schema == unique_name:
+            tables.append(item.event.table_map[item.event.table_id])
+            texts += [change[3] for change in translator.rows(item)]
+        if type(item) is Idle:
+            reader.stop()
+    assert tables[0] is tables[1] and tables[2] is not tables[1]
+    assert texts == ['{"NEW":[{"id":"1"},{"v":"x"}]}', '{"NEW":[{"id":"2"},{"v":"x"}]}',
+                     '{"NEW":[{"id":"3"},{"v":"y"},{"w":"7"}]}']

@@ -20,6 +20,12 @@ gate touches the library's private names. What gate relies on, and why:
 - ``RowsEvent.charset_to_encoding``: replaced by :func:`fix_library_charsets`, because the library
   decodes MySQL's latin1 as Python's cp1252 (which has no mapping for 0x81, 0x8D, 0x8F, 0x90, 0x9D
   and raises) and names utf16/utf32/ucs2/utf16le codecs wrongly.
+- ``TableMapEvent.__init__``: wrapped by :func:`reuse_table_maps`. The library parses every TableMap
+  in full (the server writes one before every row event) and builds its Table twice, comparing
+  every column's attribute dict; on wide tables that is most of the reading process's CPU. A TableMap
+  whose bytes (from the table id to the optional metadata) equal an earlier one's describes the same
+  table the same way, so the earlier parse is reused (the attributes ``BinLogEvent.__init__`` does not
+  set, and the Table object).
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ from typing import Any
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.common.errors import StreamLost
 
@@ -102,6 +109,40 @@ def fix_library_charsets() -> None:
         return _CODEC_FIXES.get(name) or original(name)
 
     RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)
+
+
+_TABLE_MAPS: dict[bytes, dict[str, Any]] = {}  # a TableMap event's body -> what parsing it set
+_TABLE_MAPS_KEPT = 512
+_FILTERS = ("only_tables", "ignored_tables", "only_schemas", "ignored_schemas", "freeze_schema")
+
+
+def reuse_table_maps() -> None:
+    """Parse each distinct TableMap once per process (see the module docstring). Streams with table or
+    schema filters, or a frozen schema, parse every TableMap as before. Idempotent."""
+    original = TableMapEvent.__init__
+    if original.__name__ == "_gate_table_map_init":
+        return
+
+    def _gate_table_map_init(self: Any, from_packet: Any, event_size: int, table_map: dict[int, Any],
+                             ctl_connection: Any, **kwargs: Any) -> None:
+        packet = from_packet.packet
+        body = packet._data[packet._position:packet._position + event_size]
+        filtered = any(kwargs.get(name) for name in _FILTERS)
+        known = None if filtered else _TABLE_MAPS.get(body)
+        if known is None:
+            original(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+            if not filtered and self._processed:
+                base = BinLogEvent.__new__(BinLogEvent)
+                BinLogEvent.__init__(base, from_packet, event_size, table_map, ctl_connection, **kwargs)
+                if len(_TABLE_MAPS) >= _TABLE_MAPS_KEPT:
+                    _TABLE_MAPS.clear()
+                _TABLE_MAPS[body] = {k: v for k, v in vars(self).items() if k not in vars(base)}
+            return
+        BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        vars(self).update(known)
+        table_map[self.table_id] = self.table_obj
+
+    TableMapEvent.__init__ = _gate_table_map_init
 
 
 @dataclass(frozen=True)
