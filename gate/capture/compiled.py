@@ -318,7 +318,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
     src.add(0, "def image(data, p):",
             f"    nulls = int.from_bytes(data[p:p + {null_bytes}], 'little')",
             f"    p += {null_bytes}",
-            "    if not nulls:")
+            f"    if not nulls & {(1 << len(columns)) - 1}:")  # bits past the last column may be set
     cells = []
     i = 0
     while i < len(columns):  # no NULL
