@@ -61,8 +61,6 @@ _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes of a group of 0..9 left
 _FSP_BYTES = (0, 1, 1, 2, 2, 3, 3)
 _TIMESPECS = {0: "seconds", 3: "milliseconds", 6: "microseconds"}
 
-Change = tuple[str, str, str, str]
-
 
 def supported(columns: Sequence[Column]) -> bool:
     """Whether every column's type has a compiled form (else the table is decoded by the library)."""
@@ -323,7 +321,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
     i = 0
     while i < len(columns):  # no NULL
         run = i
-        while run < len(columns) and _fixed(columns[run]) is not None and treatments_plain(treatments, run):
+        while run < len(columns) and _fixed(columns[run]) is not None and _plain(treatments, run):
             run += 1
         if run - i >= 2:
             parts = [_fixed(columns[k]) for k in range(i, run)]
@@ -360,7 +358,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
     return src
 
 
-def treatments_plain(treatments: Sequence[tuple[bool, Transform | None]], i: int) -> bool:
+def _plain(treatments: Sequence[tuple[bool, Transform | None]], i: int) -> bool:
     """Whether column ``i`` has no value transform (excluded columns are read, not rendered)."""
     return not treatments or treatments[i][1] is None
 
