@@ -181,6 +181,8 @@ GEN_COLUMNS: list[tuple[str, str]] = [
     *[(f"tm{n}", f"TIME({n})") for n in FSPS], ("dte", "DATE"), ("yr", "YEAR"),
     *[(f"bit{n}", f"BIT({n})") for n in BIT_WIDTHS],
     ("en", "ENUM('a','b','é','😀')"), ("st", "SET('zz','y','x','é')"), ("js", "JSON"),
+    ("en_big", "ENUM(" + ",".join(f"'e{n}'" for n in range(300)) + ")"),  # 2-byte index
+    ("st_big", "SET(" + ",".join(f"'s{n}'" for n in range(64)) + ")"),  # 8-byte bit mask
     ("c_u", "CHAR(10) CHARACTER SET utf8mb4"), ("vc_u", "VARCHAR(300) CHARACTER SET utf8mb4"),
     ("c_l", "CHAR(10) CHARACTER SET latin1"), ("vc_l", "VARCHAR(20) CHARACTER SET latin1"),
     ("vc_16", "VARCHAR(20) CHARACTER SET utf16"), ("vc_32", "VARCHAR(20) CHARACTER SET utf32"),
@@ -244,9 +246,10 @@ def _values(name: str, definition: str) -> st.SearchStrategy[Any]:
     if kind == "BIT":
         return st.integers(0, 2 ** int(definition[4:-1]) - 1)
     if kind == "ENUM":
-        return st.sampled_from(["a", "b", "é", "😀"])
+        return st.sampled_from([f"e{n}" for n in range(300)] if name == "en_big" else ["a", "b", "é", "😀"])
     if kind == "SET":
-        return st.sets(st.sampled_from(["zz", "y", "x", "é"])).map(",".join)
+        return st.sets(st.sampled_from([f"s{n}" for n in range(64)] if name == "st_big" else ["zz", "y", "x", "é"]),
+                       max_size=10).map(",".join)
     if kind == "JSON":
         return st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
