@@ -86,19 +86,6 @@ def both_ways(server: Any, schema: str, start: tuple[str, int], tz: tzinfo, bina
     return counts[0], counts[1]
 
 
-@pytest.fixture
-def source(sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[pymysql.cursors.Cursor]:
-    monkeypatch.setenv(KEY_ENV, "compiled-test-key")
-    conn = sandbox.source.connect()
-    cur = conn.cursor()
-    cur.execute(f"CREATE DATABASE `{unique_name}`")
-    cur.execute(f"USE `{unique_name}`")
-    cur.execute("SET time_zone = '+00:00'")
-    yield cur
-    cur.execute(f"DROP DATABASE `{unique_name}`")
-    conn.close()
-
-
 def _insert(cur: pymysql.cursors.Cursor, table: str, rows: Sequence[dict[str, Any]]) -> None:
     for names in dict.fromkeys(tuple(r) for r in rows):
         batch = [r for r in rows if tuple(r) == names]
@@ -108,11 +95,13 @@ def _insert(cur: pymysql.cursors.Cursor, table: str, rows: Sequence[dict[str, An
 
 
 def test_type_matrix_decodes_the_same_both_ways(sandbox: Sandbox, unique_name: str,
-                                                source: pymysql.cursors.Cursor) -> None:
+                                                source_cursor: pymysql.cursors.Cursor,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The type matrix's rows (min, max, zero, NULL, mixed, 200 random numbers and times) inserted,
     updated and deleted: the compiled decoders decode every event, to the library's text, under no
     rules and under rules of every kind, in base64 and hex, in UTC and in Asia/Tokyo."""
-    cur = source
+    monkeypatch.setenv(KEY_ENV, "compiled-test-key")
+    cur = source_cursor
     cur.execute("CREATE TABLE everything (" + ", ".join(f"`{n}` {d}" for n, d, _ in COLUMNS) + ")")
     cur.execute("CREATE TABLE numbers (id INT NOT NULL PRIMARY KEY, d DOUBLE, f FLOAT, dec65_30 DECIMAL(65,30), "
                 "dec10_2 DECIMAL(10,2), dec20_9 DECIMAL(20,9), dec5_0 DECIMAL(5,0), "
@@ -143,11 +132,11 @@ def test_type_matrix_decodes_the_same_both_ways(sandbox: Sandbox, unique_name: s
 
 
 def test_library_keeps_what_the_compiled_form_does_not_cover(sandbox: Sandbox, unique_name: str,
-                                                             source: pymysql.cursors.Cursor) -> None:
+                                                             source_cursor: pymysql.cursors.Cursor) -> None:
     """Old temporal formats (tables created with mysql56_temporal_format off) are decoded by the
     library for the whole table; partial row images (binlog_row_image MINIMAL) by the library for
     the event. Both give the library's text; the other events of the same table stay compiled."""
-    cur = source
+    cur = source_cursor
     cur.execute("SET @old_format = @@GLOBAL.mysql56_temporal_format")
     cur.execute("SET GLOBAL mysql56_temporal_format = OFF")
     try:
@@ -324,10 +313,10 @@ def test_build_declines_types_it_has_no_form_for() -> None:
 
 
 def test_a_table_map_seen_before_is_not_parsed_again(sandbox: Sandbox, unique_name: str,
-                                                     source: pymysql.cursors.Cursor) -> None:
+                                                     source_cursor: pymysql.cursors.Cursor) -> None:
     """The reader parses each distinct TableMap once: the same table map in later transactions is the
     same Table object; after an ALTER the TableMap differs and is parsed again (the new column shows)."""
-    cur = source
+    cur = source_cursor
     cur.execute("CREATE TABLE t (id INT NOT NULL PRIMARY KEY, v VARCHAR(10))")
     start = current_position(server_config(sandbox.source))
     for n in (1, 2):
