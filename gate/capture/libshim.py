@@ -111,7 +111,7 @@ def fix_library_charsets() -> None:
     RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)
 
 
-_TABLE_MAPS: dict[bytes, dict[str, Any]] = {}  # a TableMap event's body -> what parsing it set
+_TABLE_MAPS: dict[tuple[Any, ...], dict[str, Any]] = {}  # a TableMap event's body (and more) -> what parsing it set
 _TABLE_MAPS_KEPT = 512
 _FILTERS = ("only_tables", "ignored_tables", "only_schemas", "ignored_schemas", "freeze_schema")
 
@@ -126,7 +126,9 @@ def reuse_table_maps() -> None:
     def _gate_table_map_init(self: Any, from_packet: Any, event_size: int, table_map: dict[int, Any],
                              ctl_connection: Any, **kwargs: Any) -> None:
         packet = from_packet.packet
-        body = packet._data[packet._position:packet._position + event_size]
+        # the parse depends on the bytes, and on the server kind (charset ids) and the stream's options
+        body = (packet._data[packet._position:packet._position + event_size], ctl_connection._get_dbms(),
+                kwargs.get("optional_meta_data"), kwargs.get("use_column_name_cache"))
         filtered = any(kwargs.get(name) for name in _FILTERS)
         known = None if filtered else _TABLE_MAPS.get(body)
         if known is None:
