@@ -11,7 +11,9 @@ The library stays the reader of the stream and parses each event's header (table
 columns-present bitmaps); only the row data is read here. Every value comes out as the text
 :class:`~gate.capture.values.ImageRenderer` makes of the library's values (tests/test_compiled.py
 checks that, event by event, on a real binlog and on generated rows). The renderers of
-:mod:`gate.capture.values` are reused wherever a value needs more than a format.
+:mod:`gate.capture.values` are reused wherever a value needs more than a format. That includes
+what the library loses (a date with a zero month or day comes out as the zero date, as the library's
+None does): the bytes would allow better, but both paths must write the same rows.
 
 What stays with the library: tables with a column type that MariaDB 10.3+ does not write (the old
 DATETIME, TIMESTAMP and TIME formats, VAR_STRING) or that only MySQL writes (binary JSON), for which
