@@ -148,8 +148,8 @@ class Translator:
             event.columns, self.tz, self.binary_format, self._treatments(event) if self.rules else ()))
 
     def _decoder(self, event: Any) -> TableDecoder | None:
-        """The compiled decoder of the event's table map (None: a column type it does not cover). The
-        library makes a new table map object per transaction; one that describes the same table the
+        """The compiled decoder of the event's table map (None: a column type it does not cover). A
+        decoder process gets new Table objects with every job; one that describes the same table the
         same way as an earlier one gets that one's decoder instead of compiling it again."""
         return _per_table_map(self._decoders, event, lambda: self._decoder_of_shape(event))
 
