@@ -1,6 +1,11 @@
-"""Materialise: the current image of every captured table, from the increments spark_readers.load wrote.
+"""Materialise: the current image of every captured table, kept up to date incrementally.
 
-The history is applied in id order, by primary key:
+The image (see spark_readers.image for its layout and how readers find it) records its watermark,
+the last row applied. An update applies only the rows after it, read from the increments
+spark_readers.load wrote (:func:`materialise`), from the DC with format("gate")
+(:func:`materialise_channel`), or a streaming query's micro-batches (:class:`ImageUpdater`), and gives
+the image a rebuild from the whole history would give. The history is applied in id order, by
+primary key:
 
 - INSERT and UPDATE make the row's image their NEW image; DELETE removes the key; an UPDATE whose OLD
   key differs from its NEW key also removes the OLD key (a primary-key change moves the row);
@@ -13,16 +18,19 @@ The history is applied in id order, by primary key:
   NULL integer, decimal and text columns too), else NULL, with a warning. ADD ... FIRST/AFTER
   positions are not in the payload: added columns come last. Type changes (MODIFY) do not re-render
   old values. Other statements (OTHERS) do not change the image.
+- SNAPSHOTSTART empties the table and sets its columns and key (those of the snapshot; with no key the
+  whole row is the identity); SNAPSHOT rows upsert like INSERT; SNAPSHOTEND(done) marks the table
+  complete, SNAPSHOTEND(cancelled) leaves it incomplete (what was read and streamed).
 
 The primary key of a table comes from its CREATETABLE row when the history has one, else from
 ``keys={"db.table": ["col", ...]}`` (by the table's latest name); tables with neither are skipped and
 reported. The columns of a table without CREATETABLE in the history are those of its latest row image,
 changed by the DDL after it.
 
-Only the few DDL rows are brought to the driver, which works out each table's timeline; rows are
-matched to it with a broadcast join and reduced per key in Spark, so the work scales with the cluster.
-Output: ``OUT/DB/TABLE/`` as Parquet, one string column per column (the DC's text form); ``OUT`` is
-replaced as a whole once the history has been reduced (read it after the job has finished).
+Only the few DDL rows are brought to the driver, which works out each table's timeline, starting from
+the stored image's tables; the new rows are matched to it with a broadcast join and reduced per key
+in Spark. A table's stored rows whose key the new rows do not touch are kept by an anti-join (no
+shuffle of the image); a table no new row or DDL touched keeps its files.
 """
 
 from __future__ import annotations
@@ -518,14 +526,15 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m spark_readers.materialise --increments DIR --out DIR [--key DB.TABLE=COL,...]``."""
     parser = argparse.ArgumentParser(prog="spark_readers.materialise", description=main.__doc__)
     parser.add_argument("--increments", required=True, help="the output directory of spark_readers.load")
-    parser.add_argument("--out", required=True, help="where to write OUT/DB/TABLE/ (replaced as a whole)")
+    parser.add_argument("--out", required=True, help="the image directory (created or updated)")
     parser.add_argument("--key", action="append", default=[], help="DB.TABLE=COL[,COL...] (repeatable)")
+    parser.add_argument("--full", action="store_true", help="rebuild from the whole history")
     parser.add_argument("--master", help="Spark master URL [default: spark-submit's, else local[2]]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with spark_job(args.master) as spark:
-            result = materialise(spark, args.increments, args.out, keys=parse_keys(args.key))
+            result = materialise(spark, args.increments, args.out, keys=parse_keys(args.key), full=args.full)
     except GateError as exc:
         sys.exit(f"error: {exc}")
     for table, count in sorted(result.tables.items()):
