@@ -319,7 +319,7 @@ def _latest_per_key(rows: DataFrame, segments: DataFrame) -> DataFrame:
     events = matched.select("table", "epoch", "id", "columns",
                             F.explode(F.when(moved, F.array(event, gone)).otherwise(F.array(event))).alias("e"))
     last = F.max_by(F.struct("id", "epoch", "e.alive", "e.image", "columns"), "id")
-    return events.groupBy("table", "e.key").agg(last.alias("last")).select("table", "last.*")
+    return events.groupBy("table", "e.key").agg(last.alias("last")).select("table", "key", "last.*")
 
 
 def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column: str) -> Column:

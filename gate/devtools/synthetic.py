@@ -135,6 +135,8 @@ class RandomHistory:
     channel: SyntheticChannel
     db: str
     seed: int = 1
+    ddl_rate: float = 0.08  # share of steps that are a DDL statement
+    snapshot_rate: float = 0.04  # share of steps that are a table snapshot
     model: ImageModel = field(default_factory=ImageModel)
     rng: random.Random = field(init=False)
     _serial: int = 0
@@ -219,7 +221,7 @@ class RandomHistory:
     def ddl(self, table: str) -> None:
         """One of ADD COLUMN (with a default), DROP COLUMN, TRUNCATE, RENAME, DROP TABLE (and CREATE again)."""
         model = self.model.tables[f"{self.db}.{table}"]
-        kind = self.rng.choice(["add", "drop", "truncate", "rename", "droptable"])
+        kind = self.rng.choice(["add", "add", "drop", "drop", "truncate", "rename", "rename", "droptable"])
         others = [c for c in model.columns if c not in model.key]
         if kind == "add" or (kind == "drop" and not others):
             column = f"c{self._next()}"
@@ -255,9 +257,9 @@ class RandomHistory:
                 continue
             table = self.rng.choice(tables)
             roll = self.rng.random()
-            if roll < 0.08:
+            if roll < self.ddl_rate:
                 self.ddl(table)
-            elif roll < 0.12:
+            elif roll < self.ddl_rate + self.snapshot_rate:
                 self.snapshot(table, state=self.rng.choice(["done", "done", "cancelled"]))
             else:
                 self._write(self.dml(table, self.rng.randint(1, 6)))
