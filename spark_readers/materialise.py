@@ -58,6 +58,7 @@ from spark_readers.source import Channel, settings
 log = logging.getLogger(__name__)
 
 _END = 2**63 - 1
+BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
 Name = tuple[str, str]  # dbname, tablename
 Op = tuple[str, str, "str | None"]  # ("rename", old, new) | ("drop", name, None) | ("add", name, default)
 
@@ -416,7 +417,8 @@ def _apply(spark: SparkSession, store: ImageStore, history: DataFrame, start: Im
     rows = history.filter(F.col("optype").isin(*ROW_OPTYPES))
     latest = _latest_per_key(rows, segments).coalesce(spark.sparkContext.defaultParallelism).persist()
     stats = {r.table: r for r in latest.groupBy("table").agg(
-        F.count_if("alive").alias("rows"), F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
+        F.count_if("alive").alias("rows"), F.count("*").alias("touched"),
+        F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
     folder = store.new_version(through[0])
     tables: dict[str, TableImage] = {}
     for table in live:
@@ -439,6 +441,8 @@ def _apply(spark: SparkSession, store: ImageStore, history: DataFrame, start: Im
             *[_column(names, defaults, c) for c in final])
         if carried:
             changed = latest.filter(F.col("table") == table.key).select(F.col("key").alias("_gate_key"))
+            if table.key not in stats or stats[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
+                changed = F.broadcast(changed)
             frame = _stored_rows(spark, store, table, final, names[0], defaults, changed).unionByName(frame)
         path = f"{folder}/{'/'.join(table.epochs[-1].name)}"
         frame.write.parquet(store.path(path))
