@@ -1,20 +1,22 @@
 """The columns every spark_readers reader gives a transfer_data row, and their parsing in plain Python.
 
 The JDBC reader (spark_readers.incremental) parses with Spark SQL expressions; the gate data source
-(spark_readers.source) parses on the executors with :func:`to_row`. Both give the same values: a
+(spark_readers.source) parses on the executors with :func:`to_batch`. Both give the same values: a
 DDL payload is conformed to :data:`DDL_SCHEMA` the way ``from_json`` does it (missing keys and values
 of another kind are null, extra keys are dropped, a non-string JSON value read as a string is its
 JSON text).
 
-This module runs on executors: it imports only the standard library and pyspark's types.
+This module runs on executors: it imports only the standard library, pyarrow and pyspark.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -94,23 +96,47 @@ def conform(value: Any, kind: DataType) -> Any:
     raise TypeError(f"no JSON conversion for {kind}")
 
 
-def _image(cells: Any) -> dict[str, str | None] | None:
-    """``[{"c1": "v"}, {"c2": null}]`` as ``{"c1": "v", "c2": None}``."""
+def _text(value: Any) -> str | None:
+    return value if value is None or value.__class__ is str else conform(value, StringType())
+
+
+def _entries(cells: Any) -> list[tuple[str, str | None]] | None:
+    """``[{"c1": "v"}, {"c2": null}]`` as the map entries ``[("c1", "v"), ("c2", None)]``."""
     if not isinstance(cells, list):
         return None
-    return {name: conform(value, StringType()) for cell in cells for name, value in cell.items()}
+    return [(name, _text(value)) for cell in cells for name, value in cell.items()]
 
 
-def to_row(id_: int, tid: int, dbname: str, tablename: str, create_ts: int, instance_name: str, optype: str,
-           data: str | None) -> tuple[Any, ...]:
-    """A transfer_data row (create_time as UNIX_TIMESTAMP) as a tuple of :data:`ROW_SCHEMA`."""
-    payload = json.loads(data) if data else None
-    created = datetime.fromtimestamp(int(create_ts), timezone.utc)
-    head = (optype, dbname, tablename, int(id_), int(tid), created, instance_name)
-    if optype in ROW_OPTYPES:
-        images = payload if isinstance(payload, dict) else {}
-        new, old = images.get("NEW"), images.get("OLD")
-        cells = new if isinstance(new, list) else old
-        columns = [next(iter(cell)) for cell in cells] if isinstance(cells, list) else None
-        return (*head, columns, _image(new), _image(old), None)
-    return (*head, None, None, None, conform(payload, DDL_SCHEMA))
+ARROW_SCHEMA = to_arrow_schema(ROW_SCHEMA, timezone="UTC")
+
+
+def to_batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
+    """transfer_data rows (``id, tid, dbname, tablename, UNIX_TIMESTAMP(create_time), instance_name, optype,
+    data``) as an Arrow batch of :data:`ROW_SCHEMA`, built column by column (cheaper than Spark converting
+    Python rows one by one)."""
+    columns: list[list[Any]] = [[] for _ in ROW_SCHEMA.fields]
+    (optypes, dbnames, tablenames, ids, tids, times, instances, names, news, olds, ddls) = columns
+    for id_, tid, dbname, tablename, create_ts, instance_name, optype, data in rows:
+        payload = json.loads(data) if data else None
+        optypes.append(optype)
+        dbnames.append(dbname)
+        tablenames.append(tablename)
+        ids.append(int(id_))
+        tids.append(int(tid))
+        times.append(int(create_ts) * 1_000_000)
+        instances.append(instance_name)
+        if optype in ROW_OPTYPES:
+            images = payload if isinstance(payload, dict) else {}
+            new, old = _entries(images.get("NEW")), _entries(images.get("OLD"))
+            either = new if new is not None else old
+            names.append(None if either is None else [name for name, _ in either])
+            news.append(new)
+            olds.append(old)
+            ddls.append(None)
+        else:
+            names.append(None)
+            news.append(None)
+            olds.append(None)
+            ddls.append(conform(payload, DDL_SCHEMA))
+    return pa.RecordBatch.from_arrays([pa.array(values, type=field.type) for values, field in zip(columns, ARROW_SCHEMA)],
+                                      schema=ARROW_SCHEMA)

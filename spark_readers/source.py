@@ -4,7 +4,7 @@ Offsets are transfer_data ids (``{"id": N}``: every row up to N has been read). 
 reads ``(start, end]`` with ``end`` never above the channel's checkpoint and always the last row of a
 source transaction, so no batch holds part of one. ``partitions`` id ranges of that interval are read by
 the executors as primary-key range scans (``WHERE id > lo AND id <= hi``, in chunks), parsed into the
-columns of :data:`spark_readers.rows.ROW_SCHEMA` in plain Python.
+columns of :data:`spark_readers.rows.ROW_SCHEMA` in Python and handed to Spark as Arrow batches.
 
 Exactly once: the rows of an id range below the checkpoint never change, so a micro-batch Spark
 replays from its offset log holds the same rows; with a sink that commits per batch (Parquet with a
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import pymysql
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -33,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from gate.common.config import check_identifier, load_config
 from gate.common.errors import ConfigError, CursorExpiredError, InvalidValue
-from spark_readers.rows import ROW_SCHEMA, to_row
+from spark_readers.rows import ROW_SCHEMA, to_batch
 
 NAME = "gate"
 CHUNK = 10_000  # rows per query of a range scan
@@ -202,8 +203,9 @@ def split(lo: int, hi: int, parts: int) -> list[IdRange]:
     return [IdRange(lo + (hi - lo) * i // count, lo + (hi - lo) * (i + 1) // count) for i in range(max(count, 0))]
 
 
-def read_range(login: Login, lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
-    """The parsed rows ``lo < id <= hi``, in id order, read by primary-key range queries of :data:`CHUNK` rows.
+def read_range(login: Login, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    """The parsed rows ``lo < id <= hi``, in id order, read by primary-key range queries of :data:`CHUNK` rows
+    (an Arrow batch each).
     Ids are gap-free below the checkpoint: a missing row means retention removed it meanwhile."""
     conn = login.connect()
     try:
@@ -219,8 +221,7 @@ def read_range(login: Login, lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
                         f"{last - first}): the channel's retention removed them while this query read them. "
                         "Give the query a consumer name (option consumer) so that retention waits for it, and "
                         "restart it from the oldest kept row.")
-                for row in rows:
-                    yield to_row(*row)
+                yield to_batch(rows)
     finally:
         conn.close()
 
@@ -228,7 +229,7 @@ def read_range(login: Login, lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
 class _Ranges:
     settings: Settings
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, IdRange)
         return read_range(self.settings.login, partition.lo, partition.hi)
 

@@ -113,15 +113,15 @@ def model_tables(model: ImageModel) -> Tables:
 
 def test_incremental_images_equal_a_full_rebuild(spark: SparkSession, sandbox: Sandbox, unique_name: str,
                                                  tmp_path: Path) -> None:
-    """Four incremental updates of one image equal one rebuild from the whole history and the images a
+    """Three incremental updates of one image equal one rebuild from the whole history and the images a
     consumer applying the rows holds: key changes, ADD/DROP COLUMN, TRUNCATE, RENAME, DROP and CREATE
     again, snapshots done and cancelled (each after a row the snapshot must make the image forget)."""
     dc = make_channel(sandbox.dc, sandbox.source, unique_name)
     history = RandomHistory(SyntheticChannel(connect(dc, "DC", unique_name), unique_name), "shop", seed=7,
                             ddl_rate=0.04, snapshot_rate=0.02)
     source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
-    for _ in range(5):
-        history.run(40)
+    for _ in range(3):
+        history.run(60)
         materialise_channel(spark, source, str(tmp_path / "inc"))
         pointer = json.loads((tmp_path / "inc" / POINTER).read_text())
         assert pointer["watermark"] == {"id": history.channel.id, "tid": history.channel.tid}
@@ -145,7 +145,7 @@ def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthet
     """ImageUpdater applies each micro-batch; the image equals the model; a replayed batch changes nothing."""
     out = str(tmp_path / "image")
     updater = ImageUpdater(out, synthetic.channel)
-    query = (spark.readStream.format("gate").options(**options(synthetic, maxRowsPerTrigger=600)).load()
+    query = (spark.readStream.format("gate").options(**options(synthetic, maxRowsPerTrigger=1000)).load()
              .writeStream.foreachBatch(updater).option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
