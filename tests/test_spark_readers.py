@@ -339,6 +339,13 @@ def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sand
     assert not stale.exists()
     assert sorted(made.output.splitlines()) == sorted(
         f"{history.db}.{t}: {len(rows)} rows" for t, (_, rows) in source_tables(sandbox, history.db).items())
+    direct = gate("spark-materialise", history.source.channel, "--out", str(tmp_path / "direct"))  # from the DC
+    assert direct.exit_code == 0 and direct.output == made.output
+    assert image_tables(spark, tmp_path / "direct", history.db, {}) == image_tables(spark, tmp_path / "img",
+                                                                                      history.db, {})
+    again = gate("--json", "spark-materialise", history.source.channel, "--out", str(tmp_path / "direct"))
+    assert json.loads(again.output)["tables"] == {line.split(": ")[0]: int(line.split(": ")[1].split()[0])
+                                                  for line in made.output.splitlines()}  # nothing new: unchanged
     assert spark.sparkContext._jsc is not None  # the module's session is still running
 
 
