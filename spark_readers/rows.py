@@ -74,8 +74,6 @@ ROW_SCHEMA = StructType([
 """optype, dbname, tablename, id, tid, create_time (UTC), instance_name; columns, new, old for row optypes;
 ddl for the others."""
 
-COLUMNS = tuple(ROW_SCHEMA.fieldNames())
-
 
 def conform(value: Any, kind: DataType) -> Any:
     """A parsed JSON value as ``from_json`` gives it for ``kind``."""
