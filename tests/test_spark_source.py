@@ -293,3 +293,43 @@ def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, u
             daemon.wait()
     assert result["ids"] == list(range(1, channel.id + 1)) and result["optypes"] == ["INSERT"]
     assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]
+
+
+def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                           tmp_path: Path) -> None:
+    """SNAPSHOTSTART with key []: the whole row is the identity; SNAPSHOTEND(done) marks the table complete,
+    a running snapshot leaves it incomplete; an update applies the rows after the watermark."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    model = ImageModel()
+    columns = [{"field_name": c, "nullable": "Yes", "primary_key": "No", "data_type": "text"} for c in ("a", "b")]
+
+    def row(a: str, b: str | None) -> list[dict[str, str | None]]:
+        return [{"a": a}, {"b": b}]
+
+    def write(*changes: tuple[str, dict[str, Any]]) -> None:
+        rows = [("shop", "nokey", optype, data) for optype, data in changes]
+        for change in rows:
+            model.apply(*change)
+        channel.write([rows])
+
+    channel.write([[("shop", "nokey", "INSERT", {"NEW": row("ghost", "x")})]])  # the snapshot must drop it
+    write(("SNAPSHOTSTART", {"NEW": columns, "SNAPSHOT": {"id": 9, "reason": "test", "key": []}}))
+    write(("SNAPSHOT", {"NEW": row("1", "x")}), ("SNAPSHOT", {"NEW": row("2", None)}))
+    out = str(tmp_path / "image")
+    source = login(dc, unique_name)
+    materialise_channel(spark, source, out)
+    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert pointer["tables"]["shop.nokey"] | {"path": ""} == {
+        "path": "", "columns": ["a", "b"], "key": [], "rows": 2, "complete": False,
+        "snapshot": {"id": 9, "state": "running"}}
+    write(("SNAPSHOT", {"NEW": row("3", "z")}))
+    write(("SNAPSHOTEND", {"SNAPSHOT": {"id": 9, "rows": 3, "state": "done"}}))
+    write(("UPDATE", {"NEW": row("2", "y"), "OLD": row("2", None)}), ("DELETE", {"OLD": row("3", "z")}),
+          ("INSERT", {"NEW": row("1", "x")}))  # the same row twice: one identity, one image row
+    materialise_channel(spark, source, out)
+    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert pointer["tables"]["shop.nokey"]["complete"] is True
+    assert pointer["tables"]["shop.nokey"]["snapshot"] == {"id": 9, "state": "done"}
+    assert image_tables(spark, tmp_path / "image") == model_tables(model) == {
+        "shop.nokey": (["a", "b"], [("1", "x"), ("2", "y")])}
