@@ -89,10 +89,15 @@ class ImageStore:
                                    "Give each channel its own image directory.")
         return image
 
-    def new_version(self, watermark: int) -> str:
-        """A fresh directory name for the tables of the image at ``watermark`` (a leftover of a killed update
-        is removed: the pointer never names it)."""
+    def new_version(self, watermark: int, current: Image | None) -> str:
+        """A fresh directory for the tables of the image at ``watermark``: one the current image does not use
+        (a rebuild at the same watermark gets a suffix); a leftover of a killed update is removed."""
+        used = {t.path.split("/")[0] for t in current.tables.values()} if current else set()
         name = version(watermark)
+        serial = 0
+        while name in used:
+            serial += 1
+            name = f"{version(watermark)}.{serial}"
         if self.out.exists(name):
             self.out.delete(name)
         return name

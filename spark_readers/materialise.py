@@ -399,16 +399,16 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
         return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
     history = rows_after(watermark).filter(F.col("id") > watermark).persist()
     try:
-        image = _apply(spark, store, history, start, through, channel, keys)
+        image = _apply(spark, store, store.new_version(through[0], before), history, start, through, channel, keys)
     finally:
         history.unpersist()
     store.publish(image, before)
     return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))
 
 
-def _apply(spark: SparkSession, store: ImageStore, history: DataFrame, start: Image | None, through: tuple[int, int],
-           channel: str | None, keys: dict[str, list[str]]) -> Image:
-    """Write the tables the history changes into a new version; the image that names them."""
+def _apply(spark: SparkSession, store: ImageStore, folder: str, history: DataFrame, start: Image | None,
+           through: tuple[int, int], channel: str | None, keys: dict[str, list[str]]) -> Image:
+    """Write the tables the history changes into the new version ``folder``; the image that names them."""
     skipped: dict[str, str] = {}
     live = _keyed(_timeline(history, start), keys, skipped)
     segments = spark.createDataFrame(
@@ -419,7 +419,6 @@ def _apply(spark: SparkSession, store: ImageStore, history: DataFrame, start: Im
     stats = {r.table: r for r in latest.groupBy("table").agg(
         F.count_if("alive").alias("rows"), F.count("*").alias("touched"),
         F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
-    folder = store.new_version(through[0])
     tables: dict[str, TableImage] = {}
     for table in live:
         final = table.columns

@@ -333,3 +333,9 @@ def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox
     assert pointer["tables"]["shop.nokey"]["snapshot"] == {"id": 9, "state": "done"}
     assert image_tables(spark, tmp_path / "image") == model_tables(model) == {
         "shop.nokey": (["a", "b"], [("1", "x"), ("2", "y")])}
+    before = pointer["tables"]["shop.nokey"]["path"]
+    materialise_channel(spark, source, out, full=True)  # a rebuild at the same watermark: a directory of its own
+    rebuilt = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert rebuilt["tables"]["shop.nokey"]["path"] == before.replace("/", ".1/", 1)
+    assert rebuilt["previous"] == [before] and (tmp_path / "image" / before).is_dir()
+    assert image_tables(spark, tmp_path / "image") == model_tables(model)
