@@ -175,34 +175,46 @@ def spark_load(app: App, channel: str, out: str, master: str, partitions: int, m
 
 @click.command(name="spark-materialise")
 @click.argument("channel")
-@click.option("--increments", required=True, metavar="DIR", help="the --out directory of gate spark-load")
-@click.option("--out", required=True, metavar="DIR", help="where to write one Parquet directory per table")
+@click.option("--out", required=True, metavar="DIR", help="the image directory (created, or brought up to date)")
+@click.option("--increments", metavar="DIR", help="read the history from this --out directory of gate spark-load "
+              "[default: read the channel in the DC]")
 @click.option("--key", "keys", multiple=True, metavar="DB.TABLE=COL[,COL...]",
               help="primary key of a table whose CREATE TABLE is not in the history (repeatable)")
+@click.option("--full", is_flag=True, help="rebuild the image from the whole history instead of applying the rows "
+              "after its watermark")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL")
 @click.pass_obj
-def spark_materialise(app: App, channel: str, increments: str, out: str, keys: tuple[str, ...], master: str) -> None:
-    """Build the current image of every captured table from loaded increments.
+def spark_materialise(app: App, channel: str, out: str, increments: str | None, keys: tuple[str, ...], full: bool,
+                      master: str) -> None:
+    """Build or update the current image of every captured table.
 
-    Applies the change history in DIR (written by 'gate spark-load CHANNEL') in id order, by primary
-    key: inserts, updates (a primary-key change moves the row), deletes, TRUNCATE, DROP TABLE,
-    RENAME and ADD/DROP/CHANGE COLUMN. Writes OUT/DB/TABLE/ as Parquet with one string column per
-    column of the table's latest definition, values in the DC's text form. The primary key comes
-    from the table's CREATE TABLE in the history, else from --key. Prints each table's row count;
-    tables without a known key are listed and skipped.
+    Applies the change history in id order, by primary key: inserts, updates (a primary-key change
+    moves the row), deletes, TRUNCATE, DROP TABLE, RENAME, ADD/DROP/CHANGE COLUMN and snapshots
+    (SNAPSHOTSTART empties the table, SNAPSHOT rows upsert, SNAPSHOTEND marks it complete). An
+    image that exists is updated with the rows after its watermark only; --full rebuilds it. The
+    rows come from the DC (format("gate")), or from DIR written by 'gate spark-load CHANNEL'. Each
+    update writes a new version and then swaps the pointer OUT/_gate_image.json, which names every
+    table's Parquet directory (one string column per column, values in the DC's text form). The
+    primary key comes from the table's CREATE TABLE or snapshot in the history, else from --key.
+    Prints each table's row count; tables without a known key are listed and skipped.
 
     Example:
 
     \b
-        gate spark-materialise shop --increments /data/gate/shop --out /data/gate/shop_now \\
-            --key shop.legacy=id
+        gate spark-materialise shop --out /data/gate/shop_now
+        gate spark-materialise shop --increments /data/gate/shop --out /data/gate/shop_now --key shop.legacy=id
     """
-    from spark_readers.materialise import materialise, parse_keys
+    from spark_readers.materialise import materialise, materialise_channel, parse_keys
     from spark_readers.session import spark_job
 
+    check_identifier(channel, "Channel name")
     with spark_job(master) as spark:
-        result = materialise(spark, increments, out, channel=check_identifier(channel, "Channel name"),
-                             keys=parse_keys(keys))
+        if increments is not None:
+            result = materialise(spark, increments, out, channel=channel, keys=parse_keys(keys), full=full)
+        else:
+            source = ({"config": str(app.config.path.resolve())} if app.config.path else
+                      {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})
+            result = materialise_channel(spark, {"channel": channel, **source}, out, keys=parse_keys(keys), full=full)
     if app.as_json:
         click.echo(json.dumps({"tables": result.tables, "skipped": result.skipped}, indent=2))
         return
@@ -210,4 +222,3 @@ def spark_materialise(app: App, channel: str, increments: str, out: str, keys: t
         click.echo(f"{table}: {count} rows")
     for table, reason in sorted(result.skipped.items()):
         click.echo(f"skipped {table}: {reason}", err=True)
-

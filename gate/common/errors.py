@@ -135,3 +135,7 @@ class MissingSecret(GateError):
 
 class ColumnRuleRefused(GateError):
     """A column rule would remove or alter a primary-key column."""
+
+
+class CursorExpiredError(GateError):
+    """A reader asked for rows after a cursor below the channel's purged_through: retention removed some."""
