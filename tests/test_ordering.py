@@ -14,6 +14,7 @@ from gate.capture.decoder import Job
 from gate.capture.ordering import Ordering
 from gate.capture.reader import Begin, Commit, Idle, Item, Position, Rows, Statement
 from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.snapshot import Note
 from gate.capture.translate import Change
 from gate.common.dc import ResumeState
 
@@ -64,7 +65,8 @@ class Chunks:
     got: list[tuple[int, list[DCRow], ResumeState | None]] = field(default_factory=list)
     resolved: list[list[str]] = field(default_factory=list)
 
-    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str]) -> None:
+    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str],
+                 notes: list[Note]) -> None:
         self.got.append((no, rows, boundary))
         self.resolved.append(resolved)
 
