@@ -11,10 +11,15 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pymysql
 import pytest
 
+from gate.capture.reader import Position
+from gate.capture.snapshot import compare
+from gate.capture.snapshot_reader import after, after_args, decode_key, encode_key
+from gate.capture.values import ImageRenderer, text_renderer
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from tests.replay import (
@@ -396,3 +401,37 @@ def test_failover_in_the_middle_of_a_snapshot(make_sandbox: Callable[..., Sandbo
     with fresh_target(box.dc, "d") as target, box.standby.connect() as standby:
         replay([r for r in rows if r[0] >= first], target)
         assert rows_of(target, "d", "t") == rows_of(standby, "d", "t")
+
+
+# --- pure parts ----------------------------------------------------------------------------------
+
+def test_keyset_condition_is_the_or_expansion_never_the_row_constructor() -> None:
+    assert after(["a"]) == "((`a` > %s))"
+    assert after(["a", "b", "c"]) == ("((`a` > %s) OR (`a` = %s AND `b` > %s) OR (`a` = %s AND `b` = %s AND `c` > %s))")
+    assert after(["a", "b"], inclusive=True, below=True) == "((`a` < %s) OR (`a` = %s AND `b` <= %s))"
+    assert after_args(["x", 2, b"\x00"]) == ["x", "x", 2, "x", 2, b"\x00"]
+    assert decode_key(encode_key(["a", b"\x00\xff", "3"])) == ["a", b"\x00\xff", "3"]
+    assert encode_key(None) is None and decode_key(None) is None
+
+
+def test_a_read_view_is_compared_with_the_stream_by_gtid_then_by_file_and_offset() -> None:
+    stream = Position("bin.000002", 500, "0-1-10,1-2-5")
+    assert compare(("0-1-10,1-2-5", "bin.000002", 400), stream) == 0  # same GTIDs: offsets may differ
+    assert compare(("0-1-9,1-2-5", "bin.000002", 400), stream) == -1  # the stream has numbered 0-1-10
+    assert compare(("0-1-11,1-2-5", "bin.000002", 700), stream) == 1  # not read that far yet
+    assert compare(("0-1-11,1-2-4", "bin.000002", 700), stream) == -1  # behind in one domain: stale
+    assert compare((None, "bin.000002", 500), Position("bin.000002", 500, None)) == 0
+    assert compare((None, "bin.000001", 900), Position("bin.000002", 4, None)) == -1
+
+
+def test_text_protocol_values_render_as_the_binlog_path_does() -> None:
+    tz = ZoneInfo("Etc/GMT-8")
+    assert text_renderer("timestamp", 3, False, tz)("2024-01-01 00:00:00.500") == "2024-01-01 08:00:00.500"
+    assert text_renderer("timestamp", 0, False, tz)("0000-00-00 00:00:00") == "0000-00-00 00:00:00"
+    assert text_renderer("bit", 0, True)(b"\x01\x00") == "256"
+    assert text_renderer("varbinary", 0, True)(b"\x00\xff") == "AP8="
+    assert text_renderer("varbinary", 0, True, binary_format="hex")(b"\x00\xff") == "00ff"
+    assert text_renderer("blob", 0, True, change=lambda v: v[:1])(b"\x00\xff") == "AA=="
+    assert text_renderer("varchar", 0, False, change=lambda v: "***")("secret") == "***"
+    image = ImageRenderer.of_text([("id", str), ("v", str)])
+    assert image.row_json(["1", None]) == '[{"id":"1"},{"v":null}]'
