@@ -180,9 +180,19 @@ class Ordering:
     def statement(self, change: Change, timestamp: int) -> None:
         self._ops.append(StatementOp(change, timestamp))
 
-    def snapshot(self, op: SnapshotOp) -> None:
-        """A snapshot chunk's slot, between two transactions (its rows may come later)."""
-        self._ops.append(op)
+    def snapshot(self, op: SnapshotOp, before_open: bool = False) -> bool:
+        """A snapshot chunk's slot, between two transactions (its rows may come later): at the end, or with
+        ``before_open`` right after the last transaction's end still waiting here, before the transaction
+        read since (False when that end has been applied already: the slot's place is gone)."""
+        if not before_open:
+            self._ops.append(op)
+            return True
+        ops = self._ops
+        for at in range(len(ops) - 1, -1, -1):
+            if type(ops[at]) is CommitOp:
+                ops.insert(at + 1, op)
+                return True
+        return False
 
     # --- output --------------------------------------------------------------------------------
 

@@ -340,7 +340,7 @@ class Pipeline:
         self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
         self.stats.started = time.monotonic()
         clean = abandoned = False
-        engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op: None,
+        engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, before_open: False,
                                 Position(state.log_file, state.log_pos, state.gtid_pos))
         try:
             self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows, engine)

@@ -6,7 +6,8 @@ of its own, numbered after every transaction before P and before every transacti
 consumer applying rows in id order converges to the source. The engine compares P, as a GTID position
 (or, failing that, a binlog file and offset), with the stream's last transaction boundary:
 
-- equal, between two transactions: the chunk's slot goes into the ordering now;
+- equal: the chunk's slot goes into the ordering now, after that boundary (before the operations of a
+  transaction read since, if none of them has been applied yet; else it is stale);
 - ahead (the stream has not read so far yet): the reader waits until a transaction boundary reaches P;
 - behind (the stream has numbered, or begun, a transaction after P): stale, the reader reads it again.
 
@@ -163,13 +164,13 @@ class SnapshotEngine:
     (which appends a :class:`SnapshotOp` to the ordering)."""
 
     def __init__(self, channel: str, server: ServerConfig, defaults: ChannelDefaults,
-                 dc: Callable[[Callable[[pymysql.Connection], Any]], Any], place: Callable[[SnapshotOp], None],
+                 dc: Callable[[Callable[[pymysql.Connection], Any]], Any], place: Callable[[SnapshotOp, bool], bool],
                  boundary: Position) -> None:
         self.channel = channel
         self.server = server
         self.defaults = defaults
         self.dc = dc  # runs work on the DC control connection, retried while it is unreachable
-        self.place = place
+        self.place = place  # (slot, before the open transaction) -> placed
         self.boundary = boundary  # the stream's last transaction boundary handed to the ordering
         self.in_txn = False  # the ordering has a transaction's start after that boundary
         self.behind = 0.0  # seconds the stream is behind the source, at its last commit
@@ -198,24 +199,24 @@ class SnapshotEngine:
         self.boundary, self.in_txn = boundary, False
         self.behind = 0.0 if timestamp is None else max(0.0, time.time() - timestamp)
         while self._loose:
-            self.place(self._loose.pop(0))
+            self.place(self._loose.pop(0), False)
         for number in list(self._waiting):
             self._judge(number)
 
     def _judge(self, number: int) -> None:
         """Answer a reader whose read view waits: go (its slot placed now), stale, or not yet."""
         verdict = compare(self._waiting[number], self.boundary)
-        if verdict == 0 and self.in_txn:
-            verdict = -1  # a transaction after P has begun in the ordering
         if verdict > 0:
             return
+        slot = SnapshotOp()
+        if verdict == 0 and not self.place(slot, self.in_txn):
+            verdict = -1  # a transaction after P has begun and been numbered already
         log.debug("snapshot read view %s judged %d at %s (in_txn %s)", self._waiting[number], verdict, self.boundary,
                   self.in_txn)
         del self._waiting[number]
         assert self._readers is not None
         if verdict == 0:
-            slot = self._slots[number] = SnapshotOp()
-            self.place(slot)
+            self._slots[number] = slot
         self._readers.inboxes[number].put(verdict == 0)
 
     # --- requests ---------------------------------------------------------------------------
@@ -382,7 +383,7 @@ class SnapshotEngine:
         if self.in_txn:
             self._loose.append(op)
         else:
-            self.place(op)
+            self.place(op, False)
 
     def abandon(self) -> None:
         """Stopping: slots still waiting for rows number nothing (the next run reads those chunks again)."""
