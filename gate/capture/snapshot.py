@@ -37,6 +37,7 @@ from gate.capture.translate import Change, TableFilter, dumps
 from gate.common.columns import ColumnRule
 from gate.common.config import ChannelDefaults, ServerConfig
 from gate.common.dc import q
+from gate.common.errors import SnapshotReaderFailed
 from gate.common.process import _CTX
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,13 @@ class Readers:
             self.inboxes.append(inbox)
             self.procs.append(proc)
 
+    def check_alive(self) -> None:
+        dead = [proc.name for proc in self.procs if not proc.is_alive()]
+        if dead:
+            raise SnapshotReaderFailed(
+                f"Snapshot reader process(es) {', '.join(dead)} died (see the log above); the chunks they held "
+                "would never come. gate stops; its next run goes on from the progress stored with the checkpoint.")
+
     def close(self) -> None:
         for proc in self.procs:
             proc.kill()
@@ -186,6 +194,7 @@ class SnapshotEngine:
         self._slots: dict[int, SnapshotOp] = {}  # reader -> its placed slot
         self._loose: list[SnapshotOp] = []  # ready transactions waiting for a boundary (cancellations)
         self._next_poll = 0.0
+        self._next_check = 0.0  # when to look whether the reader processes live
         self._rows = self._rows_logged = 0
         self._logged_at = time.monotonic()
 
@@ -311,6 +320,9 @@ class SnapshotEngine:
         """Take the readers' messages: read views to judge, chunks to fill their slots with."""
         if self._readers is None:
             return
+        if timeout or time.monotonic() >= self._next_check:
+            self._next_check = time.monotonic() + 1.0
+            self._readers.check_alive()
         outbox = self._readers.outbox
         try:
             message = outbox.get(timeout=timeout) if timeout else outbox.get_nowait()

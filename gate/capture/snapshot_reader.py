@@ -35,8 +35,9 @@ from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row
 from gate.common.process import start_child
 
+LOCK_WAIT = 2  # seconds a chunk's SELECT waits for a metadata lock
 MAX_STALE = 200  # snapshots opened in a row that the stream had already passed before the chunk is given up
-TABLE_DEFINITION_CHANGED, NO_SUCH_TABLE = 1412, 1146
+TABLE_DEFINITION_CHANGED, NO_SUCH_TABLE, LOCK_WAIT_TIMEOUT = 1412, 1146, 1205
 Key = list[Any]  # key values as the text protocol gives them: str, or bytes for binary columns
 
 
@@ -172,6 +173,9 @@ class Reader:
             with self._conn.cursor() as cur:
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 cur.execute("SET time_zone = '+00:00'")
+                # a SELECT queued behind a DDL's metadata lock fails soon (the chunk is read again) instead of
+                # holding the stream at its slot for as long as the DDL waits
+                cur.execute(f"SET SESSION lock_wait_timeout = {LOCK_WAIT}")
         return self._conn.cursor()
 
     def close(self) -> None:
@@ -189,6 +193,9 @@ class Reader:
                 return Chunk("gone", f"{task.db}.{task.table} was dropped or renamed while it was snapshotted")
             if code == TABLE_DEFINITION_CHANGED:
                 return Chunk("retry", "its definition changed while the chunk was read (error 1412)")
+            if code == LOCK_WAIT_TIMEOUT:
+                return Chunk("retry", f"its metadata lock was not granted within {LOCK_WAIT} s (a DDL holds it or "
+                                      "waits for it)")
             return Chunk("retry", f"the source failed the chunk: {exc}")
 
     def _read(self, task: Task) -> Chunk:
