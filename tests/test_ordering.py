@@ -309,7 +309,7 @@ def test_a_snapshot_slot_holds_the_numbering_until_its_rows_come_then_numbers_th
     ordering, chunks = make(decoders)
     feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
     slot = SnapshotOp()
-    assert ordering.snapshot(slot, before_open=True)
+    assert ordering.snapshot(slot, after=lambda position: position.log_pos == 100)
     feed(ordering, [commit(200)])
     assert [type(op).__name__ for op in ordering._ops][-4:] == ["SnapshotOp", "BeginOp", "RowsOp", "CommitOp"]
     start, chunk = Note(9, "start", key=["id"]), Note(9, "chunk", last='["2"]', rows=2)
@@ -327,5 +327,5 @@ def test_a_slot_whose_boundary_is_numbered_already_is_refused() -> None:
     ordering, chunks = make(FakeDecoders())
     feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
     ordering.apply(wait=True)  # the open transaction's row is numbered
-    assert not ordering.snapshot(SnapshotOp(), before_open=True)  # its place, after the commit at 100, is gone
+    assert not ordering.snapshot(SnapshotOp(), after=lambda position: position.log_pos == 100)  # numbered: gone
     assert chunks.got == []

@@ -392,7 +392,7 @@ def test_failover_in_the_middle_of_a_snapshot(make_sandbox: Callable[..., Sandbo
         with box.standby.connect() as conn, conn.cursor() as cur:
             for n in range(40):
                 cur.execute("UPDATE d.t SET v = v + 1000 WHERE id = %s", (n * 70 + 2,))
-        assert wait_finished(box.dc, "snapfo", snap_id, timeout=60) == ("done", None)
+        assert wait_finished(box.dc, "snapfo", snap_id, timeout=120) == ("done", None)
         wait_caught_up(box.standby, box.dc, "snapfo")
     rows = dc_rows(box.dc, "snapfo")
     snap = assert_snapshot_rows(rows, snap_id)

@@ -129,6 +129,8 @@ class Ordering:
         self.job_bytes = job_bytes
         self.prepared = prepared
         self._ops: deque[Op] = deque()
+        self._queued: deque[float] = deque()  # when each op of _ops was queued
+        self.hold_back = 0.0  # seconds an op stays queued before it is applied (while snapshots run)
         self._job: Job | None = None  # the job being filled, not yet sent
         self._job_stream: Any = None  # the library stream its events came from
         self._jobs = 0
@@ -165,32 +167,38 @@ class Ordering:
         if self._job is None:
             self._jobs += 1
             self._job, self._job_stream = Job(self._jobs, self.job_format(stream), rules=self.rules), stream
-        self._ops.append(RowsOp(self._job, self._job.add(item), item.event.timestamp))
+        self._push(RowsOp(self._job, self._job.add(item), item.event.timestamp))
         if self._job.nbytes >= self.job_bytes:
             self._send()
 
     def begin(self, xid: str | None = None) -> None:
-        self._ops.append(BeginOp(xid))
+        self._push(BeginOp(xid))
 
     def commit(self, item: Commit) -> None:
-        self._ops.append(CommitOp(item.position, item.timestamp, item.xa))
+        self._push(CommitOp(item.position, item.timestamp, item.xa))
         if self._job is not None and time.monotonic() - self._job.started >= self.flush_after:
             self._send()
 
     def statement(self, change: Change, timestamp: int) -> None:
-        self._ops.append(StatementOp(change, timestamp))
+        self._push(StatementOp(change, timestamp))
 
-    def snapshot(self, op: SnapshotOp, before_open: bool = False) -> bool:
-        """A snapshot chunk's slot, between two transactions (its rows may come later): at the end, or with
-        ``before_open`` right after the last transaction's end still waiting here, before the transaction
-        read since (False when that end has been applied already: the slot's place is gone)."""
-        if not before_open:
-            self._ops.append(op)
+    def _push(self, op: Op) -> None:
+        self._ops.append(op)
+        self._queued.append(time.monotonic())
+
+    def snapshot(self, op: SnapshotOp, after: Callable[[Position], bool] | None = None) -> bool:
+        """A snapshot chunk's slot, between two transactions (its rows may come later): at the end, or right
+        after the newest transaction end still waiting here whose position satisfies ``after``, before
+        what was read since (False when there is none: its place has been numbered already)."""
+        if after is None:
+            self._push(op)
             return True
         ops = self._ops
         for at in range(len(ops) - 1, -1, -1):
-            if type(ops[at]) is CommitOp:
+            candidate = ops[at]
+            if type(candidate) is CommitOp and after(candidate.position):
                 ops.insert(at + 1, op)
+                self._queued.insert(at + 1, self._queued[at])
                 return True
         return False
 
@@ -200,8 +208,11 @@ class Ordering:
         """Apply operations from the front while their rows are decoded; with ``wait``, all of them."""
         self.decoders.collect()
         ops, sequencer = self._ops, self.sequencer
+        hold_until = time.monotonic() - self.hold_back if self.hold_back and not wait else 0.0
         while ops:
             op = ops[0]
+            if hold_until and self._queued[0] > hold_until:
+                return  # kept a moment: a snapshot chunk read at an earlier position may still go in before it
             if type(op) is RowsOp:
                 decoded = op.job.result
                 if decoded is None:
@@ -244,6 +255,7 @@ class Ordering:
                 assert type(op) is StatementOp
                 self._rows.extend(sequencer.number([op.change], op.timestamp))
             ops.popleft()
+            self._queued.popleft()
 
     def flush(self) -> None:
         """Emit the rows and boundary gathered so far as a chunk (nothing when there are neither)."""

@@ -340,7 +340,7 @@ class Pipeline:
         self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
         self.stats.started = time.monotonic()
         clean = abandoned = False
-        engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, before_open: False,
+        engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, after: False,
                                 Position(state.log_file, state.log_pos, state.gtid_pos))
         try:
             self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows, engine)
@@ -375,6 +375,7 @@ class Pipeline:
                             PreparedInDC(self, checkpointer, pool), start=checkpointer.state,
                             snapshots=lambda timeout: engine.collect(timeout))
         engine.place = ordering.snapshot
+        engine.hold_back = lambda seconds: setattr(ordering, "hold_back", seconds)
         engine.filter, engine.rules = translator.filter, translator.rules
         metrics = self.metrics
         ordering.set_rules(translator.rules)

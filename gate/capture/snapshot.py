@@ -6,10 +6,12 @@ of its own, numbered after every transaction before P and before every transacti
 consumer applying rows in id order converges to the source. The engine compares P, as a GTID position
 (or, failing that, a binlog file and offset), with the stream's last transaction boundary:
 
-- equal: the chunk's slot goes into the ordering now, after that boundary (before the operations of a
-  transaction read since, if none of them has been applied yet; else it is stale);
+- equal, between two transactions: the chunk's slot goes into the ordering now;
 - ahead (the stream has not read so far yet): the reader waits until a transaction boundary reaches P;
-- behind (the stream has numbered, or begun, a transaction after P): stale, the reader reads it again.
+- behind, or a transaction after P begun: the slot goes in right after the transaction end at P if the
+  ordering still holds it (and so everything after it, not numbered yet: while snapshots run, the
+  ordering keeps each operation HOLD_BACK seconds before applying it, for read views reported late);
+  else the chunk is stale and the reader opens a new read view.
 
 The ordering holds its numbering at a slot until the chunk's rows arrive (the reader waits for the
 verdict before its SELECT, so that is one SELECT's time). SNAPSHOTSTART goes with the first chunk, and
@@ -46,6 +48,7 @@ TABLE = "gate_snapshot"
 POLL_EVERY = 2.0  # seconds between reads of gate_snapshot by a running gate
 MAX_LAG = 10.0  # no chunk is started while the stream is further behind the source than this (seconds)
 RETRY_AFTER = 1.0  # seconds before a chunk that must be read again is dispatched
+HOLD_BACK = 0.05  # seconds the ordering keeps operations before applying them while snapshots run
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
@@ -172,13 +175,15 @@ class SnapshotEngine:
     (which appends a :class:`SnapshotOp` to the ordering)."""
 
     def __init__(self, channel: str, server: ServerConfig, defaults: ChannelDefaults,
-                 dc: Callable[[Callable[[pymysql.Connection], Any]], Any], place: Callable[[SnapshotOp, bool], bool],
+                 dc: Callable[[Callable[[pymysql.Connection], Any]], Any],
+                 place: Callable[[SnapshotOp, Callable[[Position], bool] | None], bool],
                  boundary: Position) -> None:
         self.channel = channel
         self.server = server
         self.defaults = defaults
         self.dc = dc  # runs work on the DC control connection, retried while it is unreachable
-        self.place = place  # (slot, before the open transaction) -> placed
+        self.hold_back: Callable[[float], None] = lambda seconds: None
+        self.place = place  # (slot, None: at the end | which queued transaction end it goes after) -> placed
         self.boundary = boundary  # the stream's last transaction boundary handed to the ordering
         self.in_txn = False  # the ordering has a transaction's start after that boundary
         self.behind = 0.0  # seconds the stream is behind the source, at its last commit
@@ -208,18 +213,23 @@ class SnapshotEngine:
         self.boundary, self.in_txn = boundary, False
         self.behind = 0.0 if timestamp is None else max(0.0, time.time() - timestamp)
         while self._loose:
-            self.place(self._loose.pop(0), False)
+            self.place(self._loose.pop(0), None)
         for number in list(self._waiting):
             self._judge(number)
 
     def _judge(self, number: int) -> None:
         """Answer a reader whose read view waits: go (its slot placed now), stale, or not yet."""
-        verdict = compare(self._waiting[number], self.boundary)
+        at = self._waiting[number]
+        verdict = compare(at, self.boundary)
         if verdict > 0:
             return
         slot = SnapshotOp()
-        if verdict == 0 and not self.place(slot, self.in_txn):
-            verdict = -1  # a transaction after P has begun and been numbered already
+        if verdict == 0 and not self.in_txn:
+            self.place(slot, None)
+        elif self.place(slot, lambda position: compare(at, position) == 0):
+            verdict = 0  # the ordering still holds the transaction end at P and all that follows it
+        else:
+            verdict = -1  # a transaction after P has been numbered already
         log.debug("snapshot read view %s judged %d at %s (in_txn %s)", self._waiting[number], verdict, self.boundary,
                   self.in_txn)
         del self._waiting[number]
@@ -239,6 +249,7 @@ class SnapshotEngine:
         if now >= self._next_poll:
             self._next_poll = now + POLL_EVERY
             self.dc(self._poll)
+        self.hold_back(HOLD_BACK if self._tables else 0.0)
         if self._tables or self._loose:
             self.collect()
             self._dispatch(now)
@@ -395,7 +406,7 @@ class SnapshotEngine:
         if self.in_txn:
             self._loose.append(op)
         else:
-            self.place(op, False)
+            self.place(op, None)
 
     def abandon(self) -> None:
         """Stopping: slots still waiting for rows number nothing (the next run reads those chunks again)."""
