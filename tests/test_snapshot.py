@@ -34,6 +34,7 @@ from tests.replay import (
     wait_row,
     wait_running,
 )
+from tests.test_metrics import free_port, scrape, value, wait_status
 from tests.test_type_matrix import (
     COLUMNS,
     MAX_ROW,
@@ -435,3 +436,28 @@ def test_text_protocol_values_render_as_the_binlog_path_does() -> None:
     assert text_renderer("varchar", 0, False, change=lambda v: "***")("secret") == "***"
     image = ImageRenderer.of_text([("id", str), ("v", str)])
     assert image.row_json(["1", None]) == '[{"id":"1"},{"v":null}]'
+
+
+def test_metrics_show_running_snapshots_and_their_rows(sandbox: Sandbox, unique_name: str, source_db: str) -> None:
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES " + ", ".join(f"({n})" for n in range(1, 201)))
+    port = free_port()
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
+        metrics_port=port, snapshot_chunk_rows=2, snapshot_chunk_seconds=0.01))
+    with running(dc, unique_name):
+        wait_status(port, "/readyz", 200)
+        assert value(scrape(port), "gate_snapshot_tables", unique_name) == 0
+        snap_id = request(sandbox.dc, unique_name, db, "t")
+        deadline = time.monotonic() + 30
+        while value(scrape(port), "gate_snapshot_tables", unique_name) != 1:
+            assert time.monotonic() < deadline, "the gauge never showed the running snapshot"
+            time.sleep(0.05)
+        assert wait_finished(sandbox.dc, unique_name, snap_id) == ("done", None)
+        time.sleep(0.5)
+        figures = scrape(port)
+    assert value(figures, "gate_snapshot_tables", unique_name) == 0
+    assert value(figures, "gate_rows_written_total", unique_name, optype="SNAPSHOT") == 200
+    assert value(figures, "gate_rows_written_total", unique_name, optype="SNAPSHOTSTART") == 1
+

@@ -376,6 +376,7 @@ class Pipeline:
                             snapshots=lambda timeout: engine.collect(timeout))
         engine.place = ordering.snapshot
         engine.hold_back = lambda seconds: setattr(ordering, "hold_back", seconds)
+        engine.tables = lambda count: setattr(self.metrics, "snapshot_tables", count)
         engine.filter, engine.rules = translator.filter, translator.rules
         metrics = self.metrics
         ordering.set_rules(translator.rules)

@@ -183,6 +183,7 @@ class SnapshotEngine:
         self.defaults = defaults
         self.dc = dc  # runs work on the DC control connection, retried while it is unreachable
         self.hold_back: Callable[[float], None] = lambda seconds: None
+        self.tables: Callable[[int], None] = lambda count: None  # told how many table snapshots run
         self.place = place  # (slot, None: at the end | which queued transaction end it goes after) -> placed
         self.boundary = boundary  # the stream's last transaction boundary handed to the ordering
         self.in_txn = False  # the ordering has a transaction's start after that boundary
@@ -250,6 +251,7 @@ class SnapshotEngine:
             self._next_poll = now + POLL_EVERY
             self.dc(self._poll)
         self.hold_back(HOLD_BACK if self._tables else 0.0)
+        self.tables(len(self._tables))
         if self._tables or self._loose:
             self.collect()
             self._dispatch(now)
