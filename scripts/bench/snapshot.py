@@ -12,8 +12,8 @@ bench_a.t (the benchmark's workload-a column mix) to each --rows size and then, 
   as a ratio of the baseline (target >= 0.8);
 - meanwhile a probe session commits a one-row UPDATE every 10 ms on the source and times each (the
   longest stall another session saw, against the same probe before the snapshot), a paced load
-  writes 2,000 rows/s (20 transactions of 100 rows) into another table, whose lag (source commit to
-  checkpoint) p99 is reported, and gate's process tree is sampled for its peak RSS.
+  writes --lag-rate rows/s (default 2,000, in transactions of 100 rows) into another table, whose lag
+  (source commit to checkpoint) p99 is reported, and gate's process tree is sampled for its peak RSS.
 
 Figures are printed, never asserted; the machine's busy share is printed with them.
 """
@@ -44,7 +44,7 @@ from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import Sandbox
 
 MB = 1 << 20
-LAG_RATE, LAG_ROWS_PER_TXN = 2000, 100
+LAG_ROWS_PER_TXN = 100
 
 
 def fill(box: Sandbox, rows: int) -> None:
@@ -117,7 +117,7 @@ def lags(box: Sandbox, channel: str, poller: CheckpointPoller, commits: dict[int
     return out
 
 
-def measure(box: Sandbox, rows: int, readers: int, workdir: Path) -> dict[str, Any]:
+def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path) -> dict[str, Any]:
     fill(box, rows)
     plain = baseline(box)
     probe0 = Probe(box)
@@ -144,7 +144,8 @@ def measure(box: Sandbox, rows: int, readers: int, workdir: Path) -> dict[str, A
         probe.start()
         expected = rows / plain  # the paced load runs about as long as the snapshot should take
         loader = mp.get_context("spawn").Process(target=lag_load, args=(
-            box.source.port, expected, LAG_RATE // LAG_ROWS_PER_TXN, LAG_ROWS_PER_TXN, str(commits_file)))
+            box.source.port, expected if lag_rate else 0, max(1, lag_rate // LAG_ROWS_PER_TXN), LAG_ROWS_PER_TXN,
+            str(commits_file)))
         with box.dc.connect(channel) as conn, conn.cursor() as cur:
             requested = time.time()
             cur.execute("INSERT INTO gate_snapshot (dbname, tablename, reason) VALUES ('bench_a', 't', 'benchmark')")
@@ -183,6 +184,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--readers", type=int, default=ChannelDefaults().snapshot_readers)
+    parser.add_argument("--lag-rate", type=int, default=2000, help="rows/s of the paced load (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = []
@@ -195,7 +197,7 @@ def main() -> int:
                 cur.execute("CREATE TABLE bench_probe.p (id INT PRIMARY KEY, n INT)")
                 cur.execute("INSERT INTO bench_probe.p VALUES (1, 0)")
             for rows in sorted(args.rows):
-                result = measure(box, rows, args.readers, Path(tmp))
+                result = measure(box, rows, args.readers, args.lag_rate, Path(tmp))
                 results.append(result)
                 print(json.dumps(result), flush=True)
         finally:
