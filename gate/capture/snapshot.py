@@ -10,7 +10,8 @@ consumer applying rows in id order converges to the source. The engine compares 
 - ahead (the stream has not read so far yet): the reader waits until a transaction boundary reaches P;
 - behind, or a transaction after P begun: the slot goes in right after the transaction end at P if the
   ordering still holds it (and so everything after it, not numbered yet: while snapshots run, the
-  ordering keeps each operation HOLD_BACK seconds before applying it, for read views reported late);
+  ordering keeps each operation HOLD_BACK seconds before applying it, for read views reported late,
+  longer, up to MAX_HOLD_BACK, while read views keep coming too late);
   else the chunk is stale and the reader opens a new read view.
 
 The ordering holds its numbering at a slot until the chunk's rows arrive (the reader waits for the
@@ -48,7 +49,8 @@ TABLE = "gate_snapshot"
 POLL_EVERY = 2.0  # seconds between reads of gate_snapshot by a running gate
 MAX_LAG = 10.0  # no chunk is started while the stream is further behind the source than this (seconds)
 RETRY_AFTER = 1.0  # seconds before a chunk that must be read again is dispatched
-HOLD_BACK = 0.05  # seconds the ordering keeps operations before applying them while snapshots run
+HOLD_BACK = 0.05  # seconds the ordering keeps operations before applying them while snapshots run ...
+MAX_HOLD_BACK = 1.0  # ... doubled (up to this) at each read view reported too late, halved at each placed one
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
@@ -201,6 +203,7 @@ class SnapshotEngine:
         self._loose: list[SnapshotOp] = []  # ready transactions waiting for a boundary (cancellations)
         self._next_poll = 0.0
         self._next_check = 0.0  # when to look whether the reader processes live
+        self._hold = HOLD_BACK
         self._rows = self._rows_logged = 0
         self._logged_at = time.monotonic()
 
@@ -231,6 +234,10 @@ class SnapshotEngine:
             verdict = 0  # the ordering still holds the transaction end at P and all that follows it
         else:
             verdict = -1  # a transaction after P has been numbered already
+        if verdict == 0:
+            self._hold = max(HOLD_BACK, self._hold / 2)
+        else:  # reported later than the ordering holds operations (a busy machine): hold them longer
+            self._hold = min(MAX_HOLD_BACK, self._hold * 2)
         log.debug("snapshot read view %s judged %d at %s (in_txn %s)", self._waiting[number], verdict, self.boundary,
                   self.in_txn)
         del self._waiting[number]
@@ -250,7 +257,7 @@ class SnapshotEngine:
         if now >= self._next_poll:
             self._next_poll = now + POLL_EVERY
             self.dc(self._poll)
-        self.hold_back(HOLD_BACK if self._tables else 0.0)
+        self.hold_back(self._hold if self._tables else 0.0)
         self.tables(len(self._tables))
         if self._tables or self._loose:
             self.collect()
