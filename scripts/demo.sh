@@ -34,6 +34,11 @@ echo "== initial snapshot of shop: $(echo $tables)"
 for t in $tables; do
     dc_sql "INSERT INTO gate_snapshot (dbname, tablename, reason) VALUES ('shop', '$t', 'demo')"
 done
+for _ in $(seq 1 50); do  # gate takes requests up within 2 s
+    waiting=$(mariadb -h 127.0.0.1 -P 33063 -u root demo -N -e "SELECT COUNT(*) FROM gate_snapshot WHERE state = 'requested'")
+    [ "$waiting" = 0 ] && break
+    sleep 0.1
+done
 echo "== changes on the source meanwhile"
 for t in $tables; do
     mariadb -h 127.0.0.1 -P 33061 -u root shop -e "DELETE FROM \`$t\` WHERE id % 5 = 0; UPDATE \`$t\` SET id = id + 100000 WHERE id % 7 = 0"
