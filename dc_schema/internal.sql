@@ -64,9 +64,9 @@ CREATE TABLE IF NOT EXISTS gate_xa_pending (
   PRIMARY KEY (xid, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
--- Snapshots of source tables: one row per request (gate snapshot, channel create/filter --snapshot).
--- The admin commands insert 'requested' rows and cancel them; gate run moves them to running, done or
--- cancelled and counts the rows at or below the checkpoint.
+-- Initial snapshots of tables: one row per request (gate snapshot, channel create/filter --snapshot).
+-- The columns up to message are shared with the admin commands; the snap_* columns are the engine's
+-- progress, moved in the DC transaction that moves the checkpoint past the rows they describe.
 CREATE TABLE IF NOT EXISTS gate_snapshot (
   id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY COMMENT 'snapshot id, in SNAPSHOTSTART/END',
   dbname        VARCHAR(64)     NOT NULL,
@@ -81,6 +81,9 @@ CREATE TABLE IF NOT EXISTS gate_snapshot (
   chunks_done   BIGINT UNSIGNED NOT NULL DEFAULT 0,
   rows_estimate BIGINT UNSIGNED NULL COMMENT 'information_schema TABLE_ROWS when started, for progress',
   message       TEXT            NULL COMMENT 'last notice: why restarted or cancelled',
+  snap_started  TINYINT         NOT NULL DEFAULT 0 COMMENT '1: its SNAPSHOTSTART is at or below the checkpoint',
+  snap_key      TEXT            NULL COMMENT 'JSON list of the key columns the snapshot pages on',
+  snap_bound    TEXT            NULL COMMENT 'JSON: the largest key in the first chunk''s read view',
+  snap_last     TEXT            NULL COMMENT 'JSON: the last key at or below the checkpoint; NULL: none yet',
   KEY (state)
-  -- the engine may add columns of its own after these (key columns, bound, last key per range ...)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: start the sandbox servers, allocate channel "demo" for the sandbox source and standby on
-# the sandbox DC, run gate on it while a workload writes on the source, and show what arrives.
+# The demo: start the sandbox servers, fill database shop on the source with a workload, allocate
+# channel "demo" for the sandbox source and standby on the sandbox DC, run gate on it, snapshot shop's
+# tables while changes stream, and show what arrives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gate=.venv/bin/gate
@@ -12,7 +13,10 @@ if $gate channel show demo >/dev/null 2>&1; then
     $gate channel drop demo --yes
 fi
 mariadb -h 127.0.0.1 -P 33061 -u root -e 'DROP DATABASE IF EXISTS shop'
-$gate channel create demo --source 127.0.0.1:33061 --standby 127.0.0.1:33062
+echo "== a workload on the source before the channel exists: 300 random transactions in database shop"
+$gate sandbox load --db shop --transactions 300
+# --snapshot: the rows shop already holds reach the channel through an initial snapshot of each table.
+$gate channel create demo --source 127.0.0.1:33061 --standby 127.0.0.1:33062 --snapshot
 $gate channel set-position demo --now >/dev/null
 
 mkdir -p .state
@@ -23,14 +27,25 @@ gate_pid=$!
 trap 'kill -TERM $gate_pid 2>/dev/null || true' EXIT
 sleep 2
 
-echo "== a workload on the source: 300 random transactions in database shop"
-$gate sandbox load --db shop --transactions 300 &
-load_pid=$!
-for _ in 1 2 3; do
-    sleep 0.7
-    dc_sql 'SELECT id AS checkpoint_id, tid AS checkpoint_tid FROM transfer_checkpoint'
+tables=$(mariadb -h 127.0.0.1 -P 33061 -u root -N -e \
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'shop' ORDER BY 1")
+echo "== initial snapshot of shop's tables, taken up by gate run: $(echo $tables)"
+for _ in $(seq 1 50); do  # gate takes requests up within 2 s
+    waiting=$(mariadb -h 127.0.0.1 -P 33063 -u root demo -N -e "SELECT COUNT(*) FROM gate_snapshot WHERE state = 'requested'")
+    [ "$waiting" = 0 ] && break
+    sleep 0.1
 done
-wait $load_pid
+echo "== changes on the source meanwhile"
+for t in $tables; do
+    mariadb -h 127.0.0.1 -P 33061 -u root shop -e "DELETE FROM \`$t\` WHERE id % 5 = 0; UPDATE \`$t\` SET id = id + 100000 WHERE id % 7 = 0"
+done
+for _ in $(seq 1 100); do
+    left=$(mariadb -h 127.0.0.1 -P 33063 -u root demo -N -e "SELECT COUNT(*) FROM gate_snapshot WHERE state IN ('requested', 'running')")
+    [ "$left" = 0 ] && break
+    sleep 0.3
+done
+$gate snapshot demo --status
+dc_sql 'SELECT id AS checkpoint_id, tid AS checkpoint_tid FROM transfer_checkpoint'
 sleep 1
 
 echo

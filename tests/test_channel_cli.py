@@ -148,7 +148,8 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
         "defaults": {"timezone": "Asia/Shanghai", "binary_format": "hex", "writers": 3, "decoders": 2,
                      "batch_rows": 1000, "checkpoint_interval_ms": 100, "standby_sample_seconds": 5.0,
                      "failover_after_seconds": 10.0, "failover_margin_seconds": 5.0, "metrics_port": 0,
-                     "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0},
+                     "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
+                     "snapshot_readers": 2, "snapshot_chunk_seconds": 0.5, "snapshot_chunk_rows": 2000},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }

@@ -87,6 +87,7 @@ class RunMetrics:
     stage: Stage | None = None
     earlier_disconnects: int = 0  # binlog streams lost by the readers of earlier sources (before a switch)
     failovers: int = 0
+    snapshot_tables: int = 0  # table snapshots running in this run
     last_event_time: int = 0
     binlog_expire: float = 0.0  # how long the source keeps its binlogs (0: until purged by hand)
     dc_connected: bool = True
@@ -198,6 +199,8 @@ class _Figures(Collector):
         yield rows
         yield counter("gate_transactions_total", "Source transactions read", m.transactions())
         yield counter("gate_failovers_total", "Switches to the standby by this process", m.failovers)
+        yield gauge("gate_snapshot_tables", "Table snapshots running (their SNAPSHOTEND not numbered yet)",
+                    m.snapshot_tables)
         yield gauge("gate_last_event_timestamp_seconds", "Source commit time of the last transaction read "
                     "(Unix time)", m.last_event_time)
         yield gauge("gate_replication_lag_seconds", "Seconds the checkpoint is behind the source (0 at its end)",

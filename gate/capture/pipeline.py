@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 import pymysql
 
-from gate.capture import xa
+from gate.capture import snapshot, xa
 from gate.capture.checkpoint import Checkpointer
 from gate.capture.ddl import ColumnDescriber
 from gate.capture.decoder import DecoderPool
@@ -42,6 +42,7 @@ from gate.capture.reader import (
     current_position,
 )
 from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.snapshot import Note, SnapshotEngine
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool
 from gate.common.columns import rule_keys
@@ -238,6 +239,7 @@ class Pipeline:
                      self.channel, now.describe())
         with conn.cursor() as cur:
             xa.ensure_table(cur)
+            snapshot.ensure_table(cur)
             removed = remove_above_checkpoint(cur, self.channel, state.id)
         if removed:
             log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
@@ -372,8 +374,10 @@ class Pipeline:
         self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
         self.stats.started = time.monotonic()
         clean = abandoned = False
+        engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, after: False,
+                                Position(state.log_file, state.log_pos, state.gtid_pos))
         try:
-            self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows)
+            self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows, engine)
             clean = True
         except SourceDown:
             clean = True  # what the writers have is good: drain it and checkpoint before the switch
@@ -384,21 +388,30 @@ class Pipeline:
             if sampler is not None:
                 sampler.stop()
             decoders.close()
+            engine.close()
             self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
-              checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int) -> None:
+              checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int,
+              engine: SnapshotEngine) -> None:
         """Read items into the ordering (row events of captured tables, transaction starts and ends,
-        translated statements); its chunks go to the writers and its boundaries to the checkpointer."""
+        translated statements, snapshot chunks at their binlog positions); its chunks go to the writers
+        and its boundaries to the checkpointer."""
 
-        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str]) -> None:
-            checkpointer.add(chunk_no, boundary, bool(rows), resolved)
+        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str],
+                 notes: list[Note]) -> None:
+            checkpointer.add(chunk_no, boundary, bool(rows), resolved, notes)
             if rows:
                 pool.submit(chunk_no, rows)
             self.stats.rows += len(rows)
 
         ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows,
-                            PreparedInDC(self, checkpointer, pool))
+                            PreparedInDC(self, checkpointer, pool), start=checkpointer.state,
+                            snapshots=lambda timeout: engine.collect(timeout))
+        engine.place = ordering.snapshot
+        engine.hold_back = lambda seconds: setattr(ordering, "hold_back", seconds)
+        engine.tables = lambda count: setattr(self.metrics, "snapshot_tables", count)
+        engine.filter, engine.rules = translator.filter, translator.rules
         metrics = self.metrics
         ordering.set_rules(translator.rules)
         next_progress = time.monotonic() + PROGRESS_EVERY
@@ -415,15 +428,24 @@ class Pipeline:
                     next_filter = time.monotonic() + FILTER_EVERY
                     self._reread_filter(translator, reader.boundary.describe())
                     ordering.set_rules(translator.rules)
+                    engine.filter, engine.rules = translator.filter, translator.rules
                 ordering.begin(item.xid)
+                engine.begin()
             elif type(item) is Commit:
                 self.stats.transactions += 1
                 metrics.last_event_time = item.timestamp
                 ordering.commit(item)
+                engine.at_boundary(reader.boundary, item.timestamp)
             elif type(item) is Statement:
                 for change in translator.statement(item):
                     ordering.statement(change, item.timestamp)
+                    if change[2] in ("RENAME", "DROPTABLE"):
+                        what = "renamed" if change[2] == "RENAME" else "dropped"
+                        engine.cancel(change[0], change[1], f"the table was {what} while it was snapshotted "
+                                      f"(after binlog position {reader.boundary.describe()})")
+            engine.turn(time.monotonic())
             if type(item) is Idle:
+                engine.at_boundary(reader.boundary)
                 ordering.drain()
                 if not pool.in_flight and checkpointer.pending == 0 and checkpointer.target is None:
                     metrics.caught_up()
@@ -441,6 +463,7 @@ class Pipeline:
                 state = logged = checkpointer.state
                 log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
                          state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
+        engine.abandon()
         ordering.drain()
 
     def _on_dc(self, work: Callable[[pymysql.Connection], T]) -> T:

@@ -99,6 +99,10 @@ class DecoderFailed(GateError):
     """A decoder process died or could not decode a row event."""
 
 
+class SnapshotReaderFailed(GateError):
+    """A snapshot reader process died: the chunk it held would never come."""
+
+
 class SourceDown(StreamLost):
     """The source stayed unreachable for the reader's whole ``retry_for``: time to fail over."""
 
