@@ -79,9 +79,12 @@ grep '^skipped' $spark/spark.log || true
 
 # The table: the workload's first table (t0, t1, t2; DDL may have renamed them) that has rows.
 src_sql() { mariadb --default-character-set=utf8mb4 -h 127.0.0.1 -P 33061 -u root "$@"; }
+# The image's tables are listed in its pointer file, _gate_image.json.
+images=" $(.venv/bin/python -c "import json, sys; print(' '.join(n[5:] for n in json.load(sys.stdin)['tables'] if n.startswith('shop.')))" \
+    <$spark/tables/_gate_image.json) "
 table=""
-for t in t0 t1 t2 $(ls $spark/tables/shop); do
-    if [ -d "$spark/tables/shop/$t" ] && [ "$(src_sql -N -e "SELECT COUNT(*) > 0 FROM shop.\`$t\`")" = 1 ]; then
+for t in t0 t1 t2 $images; do
+    if [[ "$images" == *" $t "* ]] && [ "$(src_sql -N -e "SELECT COUNT(*) > 0 FROM shop.\`$t\`")" = 1 ]; then
         table=$t
         break
     fi
@@ -99,13 +102,14 @@ pk=$(src_sql -N -e "SELECT GROUP_CONCAT(CONCAT('\`$table\`.\`', column_name, '\`
 echo
 echo "== shop.$table on the source (first 8 rows by primary key; values as text, cut to 23 characters)"
 src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
-echo "== shop.$table materialised in $spark/tables/shop/$table (Parquet), the same rows"
+echo "== shop.$table materialised in $spark/tables (Parquet), the same rows"
 DEMO_SPARK=$spark DEMO_TABLE=$table spark_run .venv/bin/python - <<'PY'
 import os
 import unicodedata
 
 import pymysql
 
+from spark_readers.image import read_image
 from spark_readers.session import spark_session
 
 spark_dir, table = os.environ["DEMO_SPARK"], os.environ["DEMO_TABLE"]
@@ -126,7 +130,7 @@ columns = list(types)
 
 spark = spark_session("local[2]")
 spark.sparkContext.setLogLevel("ERROR")
-image = spark.read.parquet(f"{spark_dir}/tables/shop/{table}")
+image = read_image(spark, f"{spark_dir}/tables")[f"shop.{table}"]
 same_columns = sorted(c.lower() for c in image.columns) == sorted(c.lower() for c in columns)
 image_rows = [tuple(row) for row in image.select(*columns).collect()] if same_columns else []
 spark.stop()
