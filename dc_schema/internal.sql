@@ -63,3 +63,27 @@ CREATE TABLE IF NOT EXISTS gate_xa_pending (
   created   BIGINT UNSIGNED NOT NULL COMMENT 'source unix time of the row event',
   PRIMARY KEY (xid, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Initial snapshots of tables: one row per request (gate snapshot, channel create/filter --snapshot).
+-- The columns up to message are shared with the admin commands; the snap_* columns are the engine's
+-- progress, moved in the DC transaction that moves the checkpoint past the rows they describe.
+CREATE TABLE IF NOT EXISTS gate_snapshot (
+  id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY COMMENT 'snapshot id, in SNAPSHOTSTART/END',
+  dbname        VARCHAR(64)     NOT NULL,
+  tablename     VARCHAR(64)     NOT NULL,
+  reason        VARCHAR(255)    NOT NULL COMMENT 'who asked: gate snapshot, channel create, channel filter',
+  state         VARCHAR(16)     NOT NULL DEFAULT 'requested' COMMENT 'requested | running | done | cancelled',
+  cancel        TINYINT         NOT NULL DEFAULT 0 COMMENT '1: gate snapshot --cancel asked; the run ends it as cancelled',
+  requested_at  TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  started_at    TIMESTAMP(3)    NULL,
+  finished_at   TIMESTAMP(3)    NULL,
+  rows_done     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'SNAPSHOT rows at or below the checkpoint',
+  chunks_done   BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  rows_estimate BIGINT UNSIGNED NULL COMMENT 'information_schema TABLE_ROWS when started, for progress',
+  message       TEXT            NULL COMMENT 'last notice: why restarted or cancelled',
+  snap_started  TINYINT         NOT NULL DEFAULT 0 COMMENT '1: its SNAPSHOTSTART is at or below the checkpoint',
+  snap_key      TEXT            NULL COMMENT 'JSON list of the key columns the snapshot pages on',
+  snap_bound    TEXT            NULL COMMENT 'JSON: the largest key in the first chunk''s read view',
+  snap_last     TEXT            NULL COMMENT 'JSON: the last key at or below the checkpoint; NULL: none yet',
+  KEY (state)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

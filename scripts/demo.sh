@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: start the sandbox servers, allocate channel "demo" for the sandbox source and standby on
-# the sandbox DC, run gate on it while a workload writes on the source, and show what arrives.
+# The demo: start the sandbox servers, fill database shop on the source with a workload, allocate
+# channel "demo" for the sandbox source and standby on the sandbox DC, run gate on it, snapshot shop's
+# tables while changes stream, and show what arrives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gate=.venv/bin/gate
@@ -12,7 +13,10 @@ if $gate channel show demo >/dev/null 2>&1; then
     $gate channel drop demo --yes
 fi
 mariadb -h 127.0.0.1 -P 33061 -u root -e 'DROP DATABASE IF EXISTS shop'
-$gate channel create demo --source 127.0.0.1:33061 --standby 127.0.0.1:33062
+echo "== a workload on the source before the channel exists: 300 random transactions in database shop"
+$gate sandbox load --db shop --transactions 300
+# --snapshot: the rows shop already holds reach the channel through an initial snapshot of each table.
+$gate channel create demo --source 127.0.0.1:33061 --standby 127.0.0.1:33062 --snapshot
 $gate channel set-position demo --now >/dev/null
 
 mkdir -p .state
@@ -23,14 +27,25 @@ gate_pid=$!
 trap 'kill -TERM $gate_pid 2>/dev/null || true' EXIT
 sleep 2
 
-echo "== a workload on the source: 300 random transactions in database shop"
-$gate sandbox load --db shop --transactions 300 &
-load_pid=$!
-for _ in 1 2 3; do
-    sleep 0.7
-    dc_sql 'SELECT id AS checkpoint_id, tid AS checkpoint_tid FROM transfer_checkpoint'
+tables=$(mariadb -h 127.0.0.1 -P 33061 -u root -N -e \
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'shop' ORDER BY 1")
+echo "== initial snapshot of shop's tables, taken up by gate run: $(echo $tables)"
+for _ in $(seq 1 50); do  # gate takes requests up within 2 s
+    waiting=$(mariadb -h 127.0.0.1 -P 33063 -u root demo -N -e "SELECT COUNT(*) FROM gate_snapshot WHERE state = 'requested'")
+    [ "$waiting" = 0 ] && break
+    sleep 0.1
 done
-wait $load_pid
+echo "== changes on the source meanwhile"
+for t in $tables; do
+    mariadb -h 127.0.0.1 -P 33061 -u root shop -e "DELETE FROM \`$t\` WHERE id % 5 = 0; UPDATE \`$t\` SET id = id + 100000 WHERE id % 7 = 0"
+done
+for _ in $(seq 1 100); do
+    left=$(mariadb -h 127.0.0.1 -P 33063 -u root demo -N -e "SELECT COUNT(*) FROM gate_snapshot WHERE state IN ('requested', 'running')")
+    [ "$left" = 0 ] && break
+    sleep 0.3
+done
+$gate snapshot demo --status
+dc_sql 'SELECT id AS checkpoint_id, tid AS checkpoint_tid FROM transfer_checkpoint'
 sleep 1
 
 echo
@@ -64,9 +79,12 @@ grep '^skipped' $spark/spark.log || true
 
 # The table: the workload's first table (t0, t1, t2; DDL may have renamed them) that has rows.
 src_sql() { mariadb --default-character-set=utf8mb4 -h 127.0.0.1 -P 33061 -u root "$@"; }
+# The image's tables are listed in its pointer file, _gate_image.json.
+images=" $(.venv/bin/python -c "import json, sys; print(' '.join(n[5:] for n in json.load(sys.stdin)['tables'] if n.startswith('shop.')))" \
+    <$spark/tables/_gate_image.json) "
 table=""
-for t in t0 t1 t2 $(ls $spark/tables/shop); do
-    if [ -d "$spark/tables/shop/$t" ] && [ "$(src_sql -N -e "SELECT COUNT(*) > 0 FROM shop.\`$t\`")" = 1 ]; then
+for t in t0 t1 t2 $images; do
+    if [[ "$images" == *" $t "* ]] && [ "$(src_sql -N -e "SELECT COUNT(*) > 0 FROM shop.\`$t\`")" = 1 ]; then
         table=$t
         break
     fi
@@ -84,13 +102,14 @@ pk=$(src_sql -N -e "SELECT GROUP_CONCAT(CONCAT('\`$table\`.\`', column_name, '\`
 echo
 echo "== shop.$table on the source (first 8 rows by primary key; values as text, cut to 23 characters)"
 src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
-echo "== shop.$table materialised in $spark/tables/shop/$table (Parquet), the same rows"
+echo "== shop.$table materialised in $spark/tables (Parquet), the same rows"
 DEMO_SPARK=$spark DEMO_TABLE=$table spark_run .venv/bin/python - <<'PY'
 import os
 import unicodedata
 
 import pymysql
 
+from spark_readers.image import read_image
 from spark_readers.session import spark_session
 
 spark_dir, table = os.environ["DEMO_SPARK"], os.environ["DEMO_TABLE"]
@@ -111,7 +130,7 @@ columns = list(types)
 
 spark = spark_session("local[2]")
 spark.sparkContext.setLogLevel("ERROR")
-image = spark.read.parquet(f"{spark_dir}/tables/shop/{table}")
+image = read_image(spark, f"{spark_dir}/tables")[f"shop.{table}"]
 same_columns = sorted(c.lower() for c in image.columns) == sorted(c.lower() for c in columns)
 image_rows = [tuple(row) for row in image.select(*columns).collect()] if same_columns else []
 spark.stop()

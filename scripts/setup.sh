@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything gate needs on Debian 12: system packages (MariaDB server and client, the MariaDB
-# JDBC driver, a Java runtime, python3-venv, make) when missing, and the virtual environment .venv with gate installed.
+# JDBC driver, a Java runtime, python3-venv, make, prometheus for promtool) when missing, and the virtual environment .venv with gate installed.
 # Safe to run again: it installs only what is missing and reinstalls Python packages only when
 # pyproject.toml has changed.
 set -euo pipefail
@@ -13,6 +13,7 @@ dpkg -s libmariadb-java >/dev/null 2>&1 || missing+=(libmariadb-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v make >/dev/null 2>&1 || missing+=(make)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool: the tests check the alert rules with it
 
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"

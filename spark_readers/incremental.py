@@ -4,6 +4,7 @@ The DataFrame has, per row: optype, dbname, tablename, id, tid (long), create_ti
 instance_name; for INSERT/UPDATE/DELETE ``new`` and ``old`` (map<string,string>: column -> text, null
 for SQL NULL) and ``columns`` (array<string>: the table's column names in order, which maps do not
 keep); for the other optypes ``ddl``, the payload parsed with :data:`DDL_SCHEMA` (null for DML rows).
+SNAPSHOT rows count as row changes (their payload is an INSERT's); see spark_readers.rows.
 
 Each of the ``partitions`` JDBC reads covers a slice of the id range through the primary key. Read
 only up to the checkpoint (``end <= checkpoint.id``): rows above it may be incomplete.
@@ -13,43 +14,13 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BooleanType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
-from gate.consume.client import DML_OPTYPES
+from spark_readers.rows import DDL_SCHEMA, ROW_OPTYPES
 from spark_readers.session import ChannelSource
-
-
-def _struct(*names: str) -> StructType:
-    return StructType([StructField(name, StringType()) for name in names])
-
-
-_TABLE = _struct("dbname", "tablename")
-_TEXTS = ArrayType(StringType())
-
-DDL_SCHEMA = StructType([
-    StructField("NEW", ArrayType(_struct("field_name", "nullable", "primary_key", "data_type"))),  # CREATETABLE
-    StructField("primary_key", _TEXTS),  # CREATETABLE: the key's columns in key order
-    StructField("LIKE", _TABLE),
-    StructField("SELECT", BooleanType()),
-    StructField("ADDCOLUMN", ArrayType(_struct("field_name", "data_type"))),
-    StructField("ADDINDEX", ArrayType(StructType([StructField("index_name", StringType()),
-                                                  StructField("column_name", _TEXTS)]))),
-    StructField("DROPCOLUMN", _TEXTS),
-    StructField("CHANGECOLUMN", ArrayType(_struct("origin_field_name", "field_name", "data_type"))),
-    StructField("DROPINDEX", _TEXTS),
-    StructField("OTHERS", _TEXTS),
-    StructField("RENAME", ArrayType(StructType([StructField("from", _TABLE), StructField("to", _TABLE)]))),
-    StructField("DROPTABLE", ArrayType(_TABLE)),
-    StructField("SQL", StringType()),
-])
-"""Every key gate writes into a DDL row's JSON (the README's DC format, plus LIKE, DROPTABLE, SQL; SELECT is
-in the CREATE TABLE ... SELECT rows of older gates, which read the statement instead of refusing it)."""
 
 _IMAGES = StructType([StructField("NEW", ArrayType(MapType(StringType(), StringType()))),
                       StructField("OLD", ArrayType(MapType(StringType(), StringType())))])
-
-COLUMNS = ("optype", "dbname", "tablename", "id", "tid", "create_time", "instance_name", "columns", "new", "old",
-           "ddl")
 
 
 def _as_map(cells: Column) -> Column:
@@ -64,7 +35,7 @@ def parse(raw: DataFrame) -> DataFrame:
     A DML row's JSON is parsed once (the images go through an intermediate column that Spark does not
     inline, being expensive); a DDL row's with :data:`DDL_SCHEMA`.
     """
-    dml = F.col("optype").isin(*DML_OPTYPES)
+    dml = F.col("optype").isin(*ROW_OPTYPES)
     images = F.col("images")
     return raw.withColumn("images", F.when(dml, F.from_json("data", _IMAGES))).select(
         "optype", "dbname", "tablename",

@@ -247,13 +247,13 @@ def increments_schema(spark: SparkSession) -> StructType:
                                 StructField("tablename", StringType()), StructField("date", DateType())])
 
 
-def read_increments(spark: SparkSession, out_path: str, channel: str | None = None) -> DataFrame:
+def read_increments(spark: SparkSession, out_path: str, channel: str | None = None, after: int = 0) -> DataFrame:
     """Every row loaded into ``out_path`` so far: the committed increments the cursor covers, with an extra
-    column ``increment`` (``FIRST-LAST``)."""
+    column ``increment`` (``FIRST-LAST``). With ``after``, only the increments holding rows after it."""
     out = OutputDir(spark, out_path)
     cursor = read_cursor(out, channel)
     paths = [out.child(f"increment={first}-{last}").toString()
-             for first, last, committed in out.increments() if committed and last <= cursor.id]
+             for first, last, committed in out.increments() if committed and after < last <= cursor.id]
     schema = increments_schema(spark)
     if not paths:
         return spark.createDataFrame([], schema)

@@ -1,6 +1,11 @@
-"""Materialise: the current image of every captured table, from the increments spark_readers.load wrote.
+"""Materialise: the current image of every captured table, kept up to date incrementally.
 
-The history is applied in id order, by primary key:
+The image (see spark_readers.image for its layout and how readers find it) records its watermark,
+the last row applied. An update applies only the rows after it, read from the increments
+spark_readers.load wrote (:func:`materialise`), from the DC with format("gate")
+(:func:`materialise_channel`), or a streaming query's micro-batches (:class:`ImageUpdater`), and gives
+the image a rebuild from the whole history would give. The history is applied in id order, by
+primary key:
 
 - INSERT and UPDATE make the row's image their NEW image; DELETE removes the key; an UPDATE whose OLD
   key differs from its NEW key also removes the OLD key (a primary-key change moves the row);
@@ -13,16 +18,19 @@ The history is applied in id order, by primary key:
   NULL integer, decimal and text columns too), else NULL, with a warning. ADD ... FIRST/AFTER
   positions are not in the payload: added columns come last. Type changes (MODIFY) do not re-render
   old values. Other statements (OTHERS) do not change the image.
+- SNAPSHOTSTART empties the table and sets its columns and key (those of the snapshot; with no key the
+  whole row is the identity); SNAPSHOT rows upsert like INSERT; SNAPSHOTEND(done) marks the table
+  complete, SNAPSHOTEND(cancelled) leaves it incomplete (what was read and streamed).
 
 The primary key of a table comes from its CREATETABLE row when the history has one, else from
 ``keys={"db.table": ["col", ...]}`` (by the table's latest name); tables with neither are skipped and
 reported. The columns of a table without CREATETABLE in the history are those of its latest row image,
 changed by the DDL after it.
 
-Only the few DDL rows are brought to the driver, which works out each table's timeline; rows are
-matched to it with a broadcast join and reduced per key in Spark, so the work scales with the cluster.
-Output: ``OUT/DB/TABLE/`` as Parquet, one string column per column (the DC's text form); ``OUT`` is
-replaced as a whole once the history has been reduced (read it after the job has finished).
+Only the few DDL rows are brought to the driver, which works out each table's timeline, starting from
+the stored image's tables; the new rows are matched to it with a broadcast join and reduced per key
+in Spark. A table's stored rows whose key the new rows do not touch are kept by an anti-join (no
+shuffle of the image); a table no new row or DDL touched keeps its files.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import argparse
 import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
@@ -41,13 +49,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
-from gate.consume.client import DML_OPTYPES
-from spark_readers.load import OutputDir, read_increments
+from spark_readers.image import Image, ImageStore, TableImage
+from spark_readers.load import OutputDir, read_cursor, read_increments
+from spark_readers.rows import ROW_OPTYPES
 from spark_readers.session import spark_job
+from spark_readers.source import Channel, settings
 
 log = logging.getLogger(__name__)
 
 _END = 2**63 - 1
+BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
 Name = tuple[str, str]  # dbname, tablename
 Op = tuple[str, str, "str | None"]  # ("rename", old, new) | ("drop", name, None) | ("add", name, default)
 
@@ -65,13 +76,16 @@ class _Epoch:
 
 @dataclass
 class _Table:
-    """One table from its creation (or the start of the history) to its drop (or now)."""
+    """One table from its creation (or the start of the history, or the stored image) to its drop (or now)."""
 
     key: int
     columns: list[str] | None  # current columns; None: not known from the history
     epochs: list[_Epoch]
-    floor: int = 0  # id of the last TRUNCATE
+    floor: int = 0  # id of the last TRUNCATE or SNAPSHOTSTART: earlier rows are gone
     dropped: bool = False
+    complete: bool = False  # created, truncated or snapshotted (done) within the history
+    snapshot: dict[str, Any] | None = None  # the latest snapshot: {"id", "state"}
+    stored: TableImage | None = None  # its image at the watermark, when the update started from one
 
     @property
     def name(self) -> str:
@@ -183,9 +197,16 @@ def column_default(sql: str, column: str, data_type: str) -> str | None:
 class _Timeline:
     """The tables of the history, worked out from its DDL rows in id order."""
 
-    def __init__(self) -> None:
+    def __init__(self, image: Image | None = None) -> None:
         self.tables: list[_Table] = []
         self.current: dict[Name, _Table] = {}
+        for name, stored in (image.tables.items() if image else ()):
+            db, table = name.split(".", 1)
+            self.current[(db, table)] = _Table(len(self.tables), list(stored.columns),
+                                               [_Epoch(image.watermark["id"] if image else 0, (db, table),
+                                                       list(stored.key))],
+                                               complete=stored.complete, snapshot=stored.snapshot, stored=stored)
+            self.tables.append(self.current[(db, table)])
 
     def table(self, name: Name) -> _Table:
         """The table now called ``name``; one that existed before the history began if it is new here."""
@@ -210,17 +231,38 @@ class _Timeline:
             columns = ddl.get("NEW") or []
             pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or None
             self.current[name] = _Table(len(self.tables), [c["field_name"] for c in columns] or None,
-                                        [_Epoch(at, name, pk)])
+                                        [_Epoch(at, name, pk)], complete=True)
             self.tables.append(self.current[name])
+        elif optype == "SNAPSHOTSTART":
+            self._snapshot_start(at, name, ddl)
+        elif optype == "SNAPSHOTEND":
+            table = self.table(name)
+            marker = ddl.get("SNAPSHOT") or {}
+            if table.snapshot and table.snapshot["id"] == marker.get("id"):
+                table.snapshot = {"id": marker.get("id"), "state": marker.get("state")}
+                table.complete = marker.get("state") == "done"
         elif optype == "ALTERTABLE":
             self._alter(at, name, ddl)
         elif optype == "RENAME":
             self._rename(at, ddl["RENAME"])
         elif optype == "TRUNCATE":
             self.table(name).floor = at
+            self.table(name).complete = True
         elif optype == "DROPTABLE":
             for ref in ddl.get("DROPTABLE") or [{"dbname": name[0], "tablename": name[1]}]:
                 self._drop((ref["dbname"], ref["tablename"]))
+
+    def _snapshot_start(self, at: int, name: Name, ddl: dict[str, Any]) -> None:
+        """Forget the table's rows; its columns and key are the snapshot's (the key [] : whole rows)."""
+        table = self.table(name)
+        columns = ddl.get("NEW") or []
+        marker = ddl.get("SNAPSHOT") or {}
+        pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or list(marker.get("key") or [])
+        table.columns = [c["field_name"] for c in columns] or table.columns
+        table.floor = at
+        table.complete = False
+        table.snapshot = {"id": marker.get("id"), "state": "running"}
+        self._next(table, at, name, pk)
 
     def _alter(self, at: int, name: Name, ddl: dict[str, Any]) -> None:
         table = self.table(name)
@@ -259,20 +301,26 @@ _SEGMENTS = StructType([StructField("table", IntegerType()), StructField("epoch"
                         StructField("pk", ArrayType(StringType()))])
 
 
+def _identity(image: Column) -> Column:
+    """A row's key values in ``pk`` order; with ``pk`` [] all its values, by column name."""
+    columns = F.when(F.size("pk") > 0, F.col("pk")).otherwise(F.array_sort(F.map_keys(image)))
+    return F.transform(columns, lambda c: F.element_at(image, c))
+
+
 def _latest_per_key(rows: DataFrame, segments: DataFrame) -> DataFrame:
     """Per (table, key): the last event (id, epoch, alive, image, columns) for each key a row touched."""
     matched = rows.join(F.broadcast(segments), (rows.dbname == segments.seg_db) & (rows.tablename == segments.seg_table)
                         & (rows.id > segments.lo) & (rows.id < segments.hi))
     image = F.when(F.col("optype") == "DELETE", F.col("old")).otherwise(F.col("new"))
-    key = F.transform("pk", lambda c: F.element_at(image, c))
-    old_key = F.transform("pk", lambda c: F.element_at(F.col("old"), c))
+    key = _identity(image)
+    old_key = _identity(F.col("old"))
     event = F.struct(key.alias("key"), (F.col("optype") != "DELETE").alias("alive"), image.alias("image"))
     gone = F.struct(old_key.alias("key"), F.lit(False).alias("alive"), F.lit(None).cast("map<string,string>").alias("image"))
     moved = (F.col("optype") == "UPDATE") & (old_key != key)
     events = matched.select("table", "epoch", "id", "columns",
                             F.explode(F.when(moved, F.array(event, gone)).otherwise(F.array(event))).alias("e"))
     last = F.max_by(F.struct("id", "epoch", "e.alive", "e.image", "columns"), "id")
-    return events.groupBy("table", "e.key").agg(last.alias("last")).select("table", "last.*")
+    return events.groupBy("table", "e.key").agg(last.alias("last")).select("table", "key", "last.*")
 
 
 def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column: str) -> Column:
@@ -285,22 +333,13 @@ def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column
     return value.cast("string").alias(column)
 
 
-MARKER = "_gate_materialised"
-
-
-def _check_replaceable(out: OutputDir) -> None:
-    """Only a new or empty directory, or one holding an earlier image, may be replaced."""
-    if out.fs.exists(out.root) and len(out.fs.listStatus(out.root)) and not out.exists(MARKER):
-        raise MaterialiseError(f"{out.url} is not empty and holds no earlier image (no {MARKER} file): "
-                               "materialise replaces its output directory as a whole, so give a new or empty one.")
-
-
-def _timeline(history: DataFrame) -> _Timeline:
-    """The tables of the history: its DDL rows replayed in id order, plus tables only written to."""
-    dml = F.col("optype").isin(*DML_OPTYPES)
-    ddl = F.collect_list(F.when(~dml, F.struct("id", "optype", "ddl")))
-    timeline = _Timeline()
-    names = history.groupBy("dbname", "tablename").agg(ddl.alias("ddl"), F.max(dml).alias("written")).collect()
+def _timeline(history: DataFrame, image: Image | None) -> _Timeline:
+    """The tables: those of ``image``, changed by the history's DDL rows replayed in id order, plus tables
+    only written to."""
+    rows = F.col("optype").isin(*ROW_OPTYPES)
+    ddl = F.collect_list(F.when(~rows, F.struct("id", "optype", "ddl")))
+    timeline = _Timeline(image)
+    names = history.groupBy("dbname", "tablename").agg(ddl.alias("ddl"), F.max(rows).alias("written")).collect()
     for row, name in sorted(((row, (n.dbname, n.tablename)) for n in names for row in n.ddl), key=lambda r: r[0].id):
         timeline.apply(row.id, row.optype, name, row.ddl.asDict(recursive=True) if row.ddl else {})
     for n in names:
@@ -309,36 +348,78 @@ def _timeline(history: DataFrame) -> _Timeline:
     return timeline
 
 
-def materialise(spark: SparkSession, increments: str, out_path: str, channel: str | None = None,
-                keys: dict[str, list[str]] | None = None) -> Materialised:
-    """Write the current image of every table in the history of ``increments`` to ``out_path``/DB/TABLE."""
-    keys = keys or {}
-    out = OutputDir(spark, out_path)
-    _check_replaceable(out)
-    history = read_increments(spark, increments, channel)
-    skipped: dict[str, str] = {}
-    live: list[_Table] = []
-    for table in _timeline(history).tables:
+def _keyed(timeline: _Timeline, keys: dict[str, list[str]], skipped: dict[str, str]) -> list[_Table]:
+    """The tables to write: not dropped, with a key for every stretch of rows still in the image."""
+    live = []
+    for table in timeline.tables:
         if table.dropped:
             continue
-        if any(e.pk is None for e in table.epochs):
+        if any(e.pk is None for e in table.epochs if max(e.lo, table.floor) < e.hi):
             if table.name not in keys:
                 skipped[table.name] = "no primary key known: give it as a key (--key DB.TABLE=COL,...)"
                 continue
             names, _ = _backward(table, keys[table.name])
             for epoch, mapping in zip(table.epochs, names):
-                epoch.pk = epoch.pk or [mapping.get(c, c) for c in keys[table.name]]
+                if epoch.pk is None:
+                    epoch.pk = [mapping.get(c, c) for c in keys[table.name]]
         live.append(table)
+    return live
+
+
+def _stored_rows(spark: SparkSession, store: ImageStore, table: _Table, final: list[str], names: dict[str, str],
+                 defaults: dict[str, str | None], changed: DataFrame) -> DataFrame:
+    """The rows of the table's stored image that the history after it leaves alone, in ``final`` columns."""
+    assert table.stored is not None
+    stored = table.stored
+    identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
+    columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
+               for c in final]
+    return (spark.read.parquet(store.path(stored.path)).withColumn("_gate_key", identity)
+            .join(changed, "_gate_key", "left_anti").select(*columns))
+
+
+def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int], DataFrame], through: tuple[int, int],
+                 channel: str | None = None, keys: dict[str, list[str]] | None = None, full: bool = False,
+                 rebuild: bool = True) -> Materialised:
+    """Bring the image in ``out_path`` to row ``through`` = (id, tid): apply ``rows_after(watermark)`` (the
+    parsed rows after the stored image's watermark, up to ``through``) to it. With no image, with ``full``,
+    or when ``keys`` differ from the image's, the image is rebuilt from ``rows_after(0)`` (refused when
+    ``rebuild`` is False: the caller has only the newest rows)."""
+    keys = keys or {}
+    store = ImageStore(spark, out_path)
+    before = store.current(channel)
+    start = before if before is not None and not full and before.keys == keys else None
+    if before is not None and start is None:
+        if not rebuild:
+            raise MaterialiseError(f"{out_path} was built with other keys ({before.keys}) than {keys}: rebuild it "
+                                   "from the whole history (gate spark-materialise --full).")
+        log.info("rebuilding the image in %s from the whole history", out_path)
+    watermark = start.watermark["id"] if start else 0
+    if start is not None and through[0] <= watermark:
+        return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
+    history = rows_after(watermark).filter(F.col("id") > watermark).persist()
+    try:
+        image = _apply(spark, store, store.new_version(through[0], before), history, start, through, channel, keys)
+    finally:
+        history.unpersist()
+    store.publish(image, before)
+    return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))
+
+
+def _apply(spark: SparkSession, store: ImageStore, folder: str, history: DataFrame, start: Image | None,
+           through: tuple[int, int], channel: str | None, keys: dict[str, list[str]]) -> Image:
+    """Write the tables the history changes into the new version ``folder``; the image that names them."""
+    skipped: dict[str, str] = {}
+    live = _keyed(_timeline(history, start), keys, skipped)
     segments = spark.createDataFrame(
         [(t.key, i, *e.name, max(e.lo, t.floor), e.hi, e.pk) for t in live for i, e in enumerate(t.epochs)
          if max(e.lo, t.floor) < e.hi], _SEGMENTS)
-    rows = history.filter(F.col("optype").isin(*DML_OPTYPES))
+    rows = history.filter(F.col("optype").isin(*ROW_OPTYPES))
     latest = _latest_per_key(rows, segments).coalesce(spark.sparkContext.defaultParallelism).persist()
     stats = {r.table: r for r in latest.groupBy("table").agg(
-        F.count_if("alive").alias("rows"), F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
-    out.fs.delete(out.root, True)
-    out.write_json(MARKER, {})
-    written: dict[str, int] = {}
+        F.count_if("alive").alias("rows"), F.count("*").alias("touched"),
+        F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
+    tables: dict[str, TableImage] = {}
     for table in live:
         final = table.columns
         if final is None and table.key in stats:
@@ -350,12 +431,86 @@ def materialise(spark: SparkSession, increments: str, out_path: str, channel: st
             skipped[table.name] = "its columns are unknown: no CREATE TABLE and no row in the history"
             continue
         names, defaults = _backward(table, final)
-        image = latest.filter(F.col("alive") & (F.col("table") == table.key))
-        image.select(*[_column(names, defaults, c) for c in final]).write.parquet(
-            out.child("/".join(table.epochs[-1].name)).toString())
-        written[table.name] = stats[table.key].rows if table.key in stats else 0
+        carried = table.stored if table.floor == 0 else None
+        pk = list(table.epochs[-1].pk or [])
+        if carried and table.key not in stats and names[0] == {c: c for c in carried.columns} == {c: c for c in final}:
+            tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot)
+            continue  # no row and no column changed (perhaps renamed): the stored files stay the image
+        frame = latest.filter(F.col("alive") & (F.col("table") == table.key)).select(
+            *[_column(names, defaults, c) for c in final])
+        if carried:
+            changed = latest.filter(F.col("table") == table.key).select(F.col("key").alias("_gate_key"))
+            if table.key not in stats or stats[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
+                changed = F.broadcast(changed)
+            frame = _stored_rows(spark, store, table, final, names[0], defaults, changed).unionByName(frame)
+        path = f"{folder}/{'/'.join(table.epochs[-1].name)}"
+        frame.write.parquet(store.path(path))
+        tables[table.name] = TableImage(path, final, pk, spark.read.parquet(store.path(path)).count(),
+                                        table.complete, table.snapshot)
     latest.unpersist()
-    return Materialised(written, skipped)
+    return Image(channel, {"id": through[0], "tid": through[1]}, keys, tables, skipped)
+
+
+def materialise(spark: SparkSession, increments: str, out_path: str, channel: str | None = None,
+                keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
+    """Bring the image in ``out_path`` up to the rows loaded into ``increments`` (by spark_readers.load)."""
+    cursor = read_cursor(OutputDir(spark, increments), channel)
+    return update_image(spark, out_path, lambda after: read_increments(spark, increments, channel, after),
+                        (cursor.id, cursor.tid), channel, keys, full)
+
+
+def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: str,
+                        keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
+    """Bring the image in ``out_path`` up to the channel's checkpoint, reading the rows after its watermark
+    from the DC with ``format("gate")`` (``options``: the source's connection options)."""
+    login = settings(options).login
+    with Channel(login) as dc:
+        end = dc.checkpoint()
+        through = (end, dc.tid(end))
+    source = {k: v for k, v in options.items() if k.lower() not in ("startingid", "endingid")}
+
+    def rows_after(after: int) -> DataFrame:
+        return (spark.read.format("gate").options(**source).option("startingId", after + 1)
+                .option("endingId", end).load())
+
+    return update_image(spark, out_path, rows_after, through, login.channel, keys, full)
+
+
+class ImageUpdater:
+    """A ``foreachBatch`` function that applies each micro-batch of a ``format("gate")`` stream to the image
+    in ``out_path``::
+
+        stream.writeStream.foreachBatch(ImageUpdater("/data/shop_now", "shop")) \
+            .option("checkpointLocation", "/data/shop_now.checkpoint").start()
+
+    Exactly once: a batch Spark replays after a crash holds rows at or below the image's watermark and
+    changes nothing. The stream must continue the image: start it at the row after the watermark
+    (``startingId``); a batch that leaves a gap after the watermark is refused.
+    """
+
+    def __init__(self, out_path: str, channel: str | None = None, keys: dict[str, list[str]] | None = None) -> None:
+        self.out_path = out_path
+        self.channel = channel
+        self.keys = keys or {}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            bounds = batch.agg(F.min("id"), F.max("id"), F.max_by("tid", "id")).first()
+            if bounds is None or bounds[0] is None:
+                return
+            first, last, tid = bounds
+            spark = batch.sparkSession
+            before = ImageStore(spark, self.out_path).current(self.channel)
+            if before is not None and first - 1 > before.watermark["id"]:
+                raise MaterialiseError(
+                    f"Micro-batch {batch_id} starts at row {first}, but the image in {self.out_path} holds rows up "
+                    f"to {before.watermark['id']} only: start the stream at startingId={before.watermark['id'] + 1} "
+                    "(with a new checkpointLocation), or rebuild the image with gate spark-materialise --full.")
+            update_image(spark, self.out_path, lambda after: batch, (int(last), int(tid)), self.channel, self.keys,
+                         rebuild=before is None)
+        finally:
+            batch.unpersist()
 
 
 def parse_keys(specs: Iterable[str]) -> dict[str, list[str]]:
@@ -374,14 +529,15 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m spark_readers.materialise --increments DIR --out DIR [--key DB.TABLE=COL,...]``."""
     parser = argparse.ArgumentParser(prog="spark_readers.materialise", description=main.__doc__)
     parser.add_argument("--increments", required=True, help="the output directory of spark_readers.load")
-    parser.add_argument("--out", required=True, help="where to write OUT/DB/TABLE/ (replaced as a whole)")
+    parser.add_argument("--out", required=True, help="the image directory (created or updated)")
     parser.add_argument("--key", action="append", default=[], help="DB.TABLE=COL[,COL...] (repeatable)")
+    parser.add_argument("--full", action="store_true", help="rebuild from the whole history")
     parser.add_argument("--master", help="Spark master URL [default: spark-submit's, else local[2]]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with spark_job(args.master) as spark:
-            result = materialise(spark, args.increments, args.out, keys=parse_keys(args.key))
+            result = materialise(spark, args.increments, args.out, keys=parse_keys(args.key), full=args.full)
     except GateError as exc:
         sys.exit(f"error: {exc}")
     for table, count in sorted(result.tables.items()):

@@ -9,6 +9,7 @@ with ``jdbc:mariadb://`` Spark picks no SQL dialect and quotes names wrongly.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from gate.common.config import ServerConfig, check_identifier
+from spark_readers.source import register
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
@@ -45,24 +47,29 @@ class ChannelSource:
 
 def spark_session(master: str | None = None, app_name: str = "gate-spark-readers",
                   jars: str = MARIADB_JAR) -> SparkSession:
-    """Get or create the session: Connector/J on the classpath, UTC session time zone, no UI.
+    """Get or create the session: Connector/J on the classpath, UTC session time zone, no UI, ``format("gate")``
+    registered.
 
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used; otherwise the
-    master defaults to ``local[2]`` and ``jars`` are added. With a ``local`` master the driver binds to
+    master defaults to ``local[2]``, ``jars`` are added and Python workers use this Python (unless
+    PYSPARK_PYTHON says otherwise). With a ``local`` master the driver binds to
     127.0.0.1 (SPARK_LOCAL_IP, unless already set).
     """
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
         master = master or "local[2]"
         builder = builder.config("spark.jars", jars)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers run gate's code
     if master is not None:
         builder = builder.master(master)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    return (builder.config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    spark = (builder.config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    register(spark)
+    return spark
 
 
 @contextmanager

@@ -7,9 +7,11 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pymysql
 import pytest
 from click.testing import CliRunner, Result
 
+from gate.capture.libshim import fix_library_charsets
 from gate.cli import main
 from gate.devtools.sandbox import Sandbox
 from tests.replay import STARTED
@@ -58,6 +60,20 @@ def no_gate_left_running() -> Iterator[None]:
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A short identifier unique within the session, e.g. for a channel or a source database."""
     return re.sub(r"\W", "_", f"t{next(_names)}_{request.node.name[:20]}")
+
+
+@pytest.fixture
+def source_cursor(sandbox: Sandbox, unique_name: str) -> Iterator[pymysql.cursors.Cursor]:
+    """A cursor on the session's source, in a new database ``unique_name`` (dropped after), time zone UTC."""
+    fix_library_charsets()
+    conn = sandbox.source.connect()
+    cur = conn.cursor()
+    cur.execute(f"CREATE DATABASE `{unique_name}`")
+    cur.execute(f"USE `{unique_name}`")
+    cur.execute("SET time_zone = '+00:00'")
+    yield cur
+    cur.execute(f"DROP DATABASE `{unique_name}`")
+    conn.close()
 
 
 @pytest.fixture(scope="session")

@@ -159,7 +159,12 @@ def _image(cur: pymysql.cursors.Cursor, image: list[dict[str, Any]], kinds: dict
 
 
 def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
-    """Apply DC rows, in id order, to ``target`` (an empty server with the same database names)."""
+    """Apply DC rows, in id order, to ``target`` (an empty server with the same database names), as a
+    consumer folds them: SNAPSHOTSTART empties the table, SNAPSHOT and INSERT/UPDATE write rows, DELETE
+    removes them (exactly one row, or the history is wrong). While a table is being snapshotted (between its
+    SNAPSHOTSTART and a SNAPSHOTEND that is not cancelled) a change may meet a row whose chunk has not come yet: UPDATE then
+    upserts its NEW image and DELETE may find nothing, as the DC contract says a consumer does."""
+    snapshotting: set[tuple[str, str]] = set()
     with target.cursor() as cur:
         for _id, _tid, db, table, _ct, _inst, optype, data in rows:
             payload = json.loads(data) if data else {}
@@ -173,16 +178,37 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
                 cur.execute(f"RENAME TABLE {pairs}")
             elif optype == "TRUNCATE":
                 cur.execute(f"TRUNCATE TABLE `{db}`.`{table}`")
+            elif optype == "SNAPSHOTSTART":  # forget the table's rows (a table the history never created: create it)
+                columns = [f"`{c['field_name']}` {c['data_type']}{'' if c['nullable'] == 'Yes' else ' NOT NULL'}"
+                           for c in payload["NEW"]]
+                key = payload["SNAPSHOT"]["key"]
+                if key:
+                    columns.append("PRIMARY KEY (" + ", ".join(f"`{k}`" for k in key) + ")")
+                cur.execute(f"CREATE TABLE IF NOT EXISTS `{db}`.`{table}` ({', '.join(columns)})")
+                cur.execute(f"DELETE FROM `{db}`.`{table}`")
+                snapshotting.add((db, table))
+            elif optype == "SNAPSHOTEND":  # after a cancelled one the image stays incomplete
+                if payload["SNAPSHOT"]["state"] == "done":
+                    snapshotting.discard((db, table))
             else:
                 kinds = _column_kinds(cur, db, table)
-                if optype == "INSERT":
+                if optype in ("INSERT", "SNAPSHOT"):  # a SNAPSHOT row upserts
                     names = ", ".join(f"`{next(iter(c))}`" for c in payload["NEW"])
                     values = ", ".join(_value_sql(kinds[next(iter(c))]) for c in payload["NEW"])
-                    cur.execute(f"INSERT INTO `{db}`.`{table}` ({names}) VALUES ({values})",
+                    verb = "REPLACE" if optype == "SNAPSHOT" else "INSERT"
+                    cur.execute(f"{verb} INTO `{db}`.`{table}` ({names}) VALUES ({values})",
                                 [next(iter(c.values())) for c in payload["NEW"]])
                 elif optype == "DELETE":
                     where, args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
-                    assert cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where}", args) == 1
+                    deleted = cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where}", args)
+                    assert deleted == 1 or (deleted == 0 and (db, table) in snapshotting)
+                elif (db, table) in snapshotting:  # UPDATE upserts: remove the old key, write the new image
+                    where, old_args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
+                    cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where}", old_args)
+                    names = ", ".join(f"`{next(iter(c))}`" for c in payload["NEW"])
+                    values = ", ".join(_value_sql(kinds[next(iter(c))]) for c in payload["NEW"])
+                    cur.execute(f"REPLACE INTO `{db}`.`{table}` ({names}) VALUES ({values})",
+                                [next(iter(c.values())) for c in payload["NEW"]])
                 else:
                     assignments, new_args = _image(cur, payload["NEW"], kinds, ", ", keys_only=False)
                     where, old_args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)

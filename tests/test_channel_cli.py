@@ -149,7 +149,8 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                      "batch_rows": 1000, "checkpoint_interval_ms": 100, "standby_sample_seconds": 5.0,
                      "failover_after_seconds": 10.0, "failover_margin_seconds": 5.0, "metrics_port": 0,
                      "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
-                     "retain_days": 30, "consumer_max_idle_days": 2.5, "retention_interval_seconds": 60.0},
+                     "retain_days": 30, "consumer_max_idle_days": 2.5, "retention_interval_seconds": 60.0,
+                     "snapshot_readers": 2, "snapshot_chunk_seconds": 0.5, "snapshot_chunk_rows": 2000},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }
@@ -161,14 +162,17 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     listed = gate("channel", "list")
     outputs.append(listed.output)
     header = listed.stdout.splitlines()[0]
-    assert header.split() == ["channel", "source", "standby", "checkpoint_id", "checkpoint_tid", "schema_version"]
+    assert header.split() == ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid", "metrics",
+                              "source", "standby", "schema_version"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
-    assert line.split() == [unique_name, sandbox.source.address, sandbox.standby.address, "0", "0", "1"]
+    assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
+                            sandbox.standby.address, "1"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
-    assert {"channel": unique_name, "source": sandbox.source.address, "standby": sandbox.standby.address,
-            "checkpoint_id": 0, "checkpoint_tid": 0, "schema_version": 1} in json.loads(as_json.stdout)
+    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": 0,
+            "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None, "source": sandbox.source.address,
+            "standby": sandbox.standby.address, "schema_version": 1} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
@@ -298,8 +302,9 @@ def test_drop_while_a_gate_runs_the_channel(gate: Gate, sandbox: Sandbox, unique
         cur.execute(f"CREATE TABLE {unique_name}_src.t (id INT PRIMARY KEY)")
     assert running.wait(timeout=60) == 1
     log = (tmp_path / f"{unique_name}.log").read_text()
+    # the first DC statement after the drop fails: a write, the checkpoint, or the poll of snapshot requests
     assert re.search(rf"\nerror: a server refused the operation: \(1146, \"Table '{unique_name}\."
-                     r"transfer_(data|checkpoint)' doesn't exist\"\)\n$", log), log
+                     r"(transfer_data|transfer_checkpoint|gate_snapshot)' doesn't exist\"\)\n$", log), log
 
 
 def test_empty_password_variables_are_refused(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
@@ -434,7 +439,7 @@ def test_set_source_and_standby(gate: Gate, sandbox: Sandbox, unique_name: str, 
         "host": "127.0.0.1", "port": sandbox.standby.port, "user": USER, "password": PASSWORD}
     result = gate("channel", "set-standby", unique_name, sandbox.source.address, "--user", "root", "--password", "")
     assert result.exit_code == 0, result.stderr
-    assert f"standby.address                   {sandbox.source.address}\n" in result.stdout
+    assert f"standby.address                      {sandbox.source.address}\n" in result.stdout
     assert settings_of(sandbox, unique_name)["standby"] == {
         "host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": ""}
     refused(gate, sandbox, ["channel", "set-standby", unique_name], 2,
@@ -593,7 +598,8 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
                 "use. Run the gate version that created it, or create a new channel and let it start from a fresh "
                 "position.", env={"X": "x"})
     listed = json.loads(gate("--json", "channel", "list").stdout)
-    assert {"channel": unique_name, "source": None, "standby": None, "checkpoint_id": None, "checkpoint_tid": None,
+    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": None,
+            "checkpoint_tid": None, "metrics_address": None, "metrics_port": None, "source": None, "standby": None,
             "schema_version": 99} in listed
     foreign = f"{unique_name}_app"
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
@@ -617,7 +623,8 @@ def test_help_has_an_example_everywhere(gate: Gate) -> None:
             yield from commands(command, path + [name])
 
     verbs = set(main.commands)
-    assert verbs == {"channel", "check-source", "sandbox", "run", "status", "tail", "spark-load", "spark-materialise"}
+    assert verbs == {"channel", "check-source", "consumer", "sandbox", "run", "status", "snapshot", "tail",
+                     "spark-load", "spark-materialise"}
     for path in commands(main, []):
         result = gate(*path, "--help")
         assert result.exit_code == 0

@@ -11,13 +11,14 @@ from typing import Any
 
 import pymysql
 import pytest
+import sqlalchemy
 from click.testing import CliRunner
 
 from gate.cli import main
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel
-from gate.common.errors import InvalidValue
-from gate.consume.client import Change, Consumer, Cursor
+from gate.common.errors import ConnectionFailed, InvalidValue
+from gate.consume.client import Change, Consumer, Cursor, SnapshotInfo
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import RandomWorkload
 from tests.replay import make_channel, running, server_config, wait_caught_up
@@ -291,9 +292,11 @@ def test_cursor_position_helpers(sandbox: Sandbox, unique_name: str) -> None:
 
 
 
-def test_a_lost_connection_is_reopened(sandbox: Sandbox, unique_name: str) -> None:
+@pytest.mark.parametrize("via", ["pymysql", "sqlalchemy"])
+def test_a_lost_connection_is_reopened(sandbox: Sandbox, unique_name: str, via: str) -> None:
     dc = channel(sandbox, unique_name, ROWS, (6, 4))
-    with Consumer(dc, unique_name, name="app", batch=2) as consumer:
+    engine = sqlalchemy.create_engine(_url(dc))
+    with Consumer(dc if via == "pymysql" else engine, unique_name, name="app", batch=2) as consumer:
         assert [c.id for c in consumer.poll()] == [1, 2]
         with sandbox.dc.connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (unique_name,))
@@ -303,3 +306,126 @@ def test_a_lost_connection_is_reopened(sandbox: Sandbox, unique_name: str) -> No
         consumer.commit()
     with Consumer(dc, unique_name, name="app") as consumer:
         assert consumer.cursor == Cursor(4, 3)
+    engine.dispose()
+
+
+# --- snapshots -------------------------------------------------------------------------------------
+
+COLUMNS = [{"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "int"},
+           {"field_name": "v", "nullable": "Yes", "primary_key": "No", "data_type": "varchar(10)"}]
+SNAPSHOT_ROWS: list[tuple[Any, ...]] = [  # a snapshot of shop.orders with a change of the table in between
+    (1, 1, "shop", "orders", "2024-05-01 10:00:00", "src:3306", "SNAPSHOTSTART",
+     {"NEW": COLUMNS, "SNAPSHOT": {"id": 7, "reason": "gate snapshot", "key": ["id"]}}),
+    (2, 2, "shop", "orders", "2024-05-01 10:00:01", "src:3306", "SNAPSHOT", {"NEW": [{"id": "1"}, {"v": "a"}]}),
+    (3, 2, "shop", "orders", "2024-05-01 10:00:01", "src:3306", "SNAPSHOT", {"NEW": [{"id": "2"}, {"v": None}]}),
+    (4, 3, "shop", "orders", "2024-05-01 10:00:02", "src:3306", "UPDATE",
+     {"NEW": [{"id": "2"}, {"v": "b"}], "OLD": [{"id": "2"}, {"v": None}]}),
+    (5, 4, "shop", "orders", "2024-05-01 10:00:03", "src:3306", "SNAPSHOT", {"NEW": [{"id": "3"}, {"v": "c"}]}),
+    (6, 5, "shop", "orders", "2024-05-01 10:00:03", "src:3306", "SNAPSHOTEND",
+     {"SNAPSHOT": {"id": 7, "rows": 3, "state": "done", "reason": None}}),
+    (7, 6, "shop", "users", "2024-05-01 10:00:04", "src:3306", "SNAPSHOTSTART",
+     {"NEW": COLUMNS[1:], "SNAPSHOT": {"id": 8, "reason": "channel filter", "key": []}}),
+    (8, 7, "shop", "users", "2024-05-01 10:00:05", "src:3306", "SNAPSHOTEND",
+     {"SNAPSHOT": {"id": 8, "rows": 0, "state": "cancelled", "reason": "cancelled by gate snapshot --cancel"}}),
+]
+
+
+def test_snapshot_rows_are_parsed(sandbox: Sandbox, unique_name: str, gate_config: Path) -> None:
+    dc = channel(sandbox, unique_name, SNAPSHOT_ROWS, (8, 7))
+    with Consumer(dc, unique_name) as consumer:
+        changes = consumer.poll()
+    start, first, second, update, third, end, other_start, cancelled = changes
+    assert start.snapshot == SnapshotInfo(7, "gate snapshot", ("id",)) and start.columns == COLUMNS
+    assert start.ddl == SNAPSHOT_ROWS[0][7] and (start.new, start.old) == (None, None)
+    assert [(c.optype, c.new, c.old, c.ddl, c.snapshot, c.columns) for c in (first, second, third)] == [
+        ("SNAPSHOT", {"id": "1", "v": "a"}, None, None, None, None),
+        ("SNAPSHOT", {"id": "2", "v": None}, None, None, None, None),
+        ("SNAPSHOT", {"id": "3", "v": "c"}, None, None, None, None)]
+    assert update.snapshot is None and update.columns is None
+    assert end.snapshot == SnapshotInfo(7, None, None, 3, "done") and end.columns is None
+    assert other_start.snapshot == SnapshotInfo(8, "channel filter", ()) and other_start.columns == COLUMNS[1:]
+    assert cancelled.snapshot == SnapshotInfo(8, "cancelled by gate snapshot --cancel", None, 0, "cancelled")
+
+    # folded as the client's docs say, in id order: the table image of shop.orders at SNAPSHOTEND
+    image: dict[str, dict[str, str | None]] = {}
+    for change in changes[:6]:
+        if change.optype == "SNAPSHOTSTART":
+            image.clear()
+        elif change.optype in ("SNAPSHOT", "INSERT", "UPDATE"):
+            assert change.new is not None
+            image[str(change.new["id"])] = change.new
+    assert image == {"1": {"id": "1", "v": "a"}, "2": {"id": "2", "v": "b"}, "3": {"id": "3", "v": "c"}}
+
+    with Consumer(dc, unique_name, optypes=["SNAPSHOTSTART", "SNAPSHOTEND"]) as only:
+        assert only.poll() == [start, end, other_start, cancelled]
+    assert run_tail(gate_config, unique_name, "--no-follow") == [
+        "1 tid=1 2024-05-01 10:00:00Z shop.orders SNAPSHOTSTART snapshot 7 (gate snapshot) key (id)",
+        "2 tid=2 2024-05-01 10:00:01Z shop.orders SNAPSHOT NEW{id=1, v=a}",
+        "3 tid=2 2024-05-01 10:00:01Z shop.orders SNAPSHOT NEW{id=2, v=NULL}",
+        "4 tid=3 2024-05-01 10:00:02Z shop.orders UPDATE NEW{id=2, v=b} OLD{v=NULL}",
+        "5 tid=4 2024-05-01 10:00:03Z shop.orders SNAPSHOT NEW{id=3, v=c}",
+        "6 tid=5 2024-05-01 10:00:03Z shop.orders SNAPSHOTEND snapshot 7 done, 3 rows",
+        "7 tid=6 2024-05-01 10:00:04Z shop.users SNAPSHOTSTART snapshot 8 (channel filter) key (none)",
+        "8 tid=7 2024-05-01 10:00:05Z shop.users SNAPSHOTEND snapshot 8 cancelled, 0 rows "
+        "(cancelled by gate snapshot --cancel)"]
+
+
+# --- SQLAlchemy ------------------------------------------------------------------------------------
+
+
+def _url(dc: ServerConfig, user: str = "root", password: str = "") -> str:
+    return f"mysql+pymysql://{user}:{password}@{dc.host}:{dc.port}/"
+
+
+def test_a_sqlalchemy_url_or_engine_reads_what_pymysql_reads(sandbox: Sandbox, unique_name: str) -> None:
+    dc = channel(sandbox, unique_name, ROWS + HOLES, (6, 4))
+    engine = sqlalchemy.create_engine(_url(dc), pool_size=1, max_overflow=0)
+    for source in (dc, _url(dc), engine):
+        with Consumer(source, unique_name, batch=4) as consumer:
+            assert consumer.poll() == EXPECTED[:4] and consumer.cursor == Cursor(4, 3)
+            assert consumer.poll() == EXPECTED[4:] and consumer.cursor == Cursor(6, 4)
+            assert consumer.poll() == []  # 8, 9 and 12 are above the checkpoint
+            assert consumer.position_at_time(datetime(2024, 5, 1, 10, 0, 1)) == Cursor(2, 1)
+    # the named cursor: committed through the engine, resumed through PyMySQL and the other way round
+    with Consumer(engine, unique_name, name="app", batch=2) as consumer:
+        assert [c.id for c in consumer.poll()] == [1, 2]
+        consumer.commit()
+        put(sandbox, unique_name, [ROW7], (9, 5))  # each poll sees the new checkpoint (no stale snapshot)
+        assert [c.id for c in consumer.poll()] == [3, 4]
+    with Consumer(dc, unique_name, name="app", batch=10) as consumer:
+        assert consumer.cursor == Cursor(2, 1)
+        assert [c.id for c in consumer.poll()] == [3, 4, 5, 6, 7, 8, 9]
+        consumer.commit()
+    with Consumer(_url(dc), unique_name, name="app") as consumer:
+        assert consumer.cursor == Cursor(9, 5)
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT name, id, tid FROM gate_consumer")
+        assert cur.fetchall() == (("app", 9, 5),)
+    # the consumer's connection leaves the application's pool: the next one has the engine's own session
+    with engine.connect() as conn:
+        assert tuple(conn.exec_driver_sql("SELECT DATABASE(), @@session.time_zone").one()) == (None, "SYSTEM")
+    engine.dispose()
+
+
+def test_a_sqlalchemy_engine_of_another_charset_reads_the_same_text(sandbox: Sandbox, unique_name: str) -> None:
+    text = "日本 😀 Zoë"
+    dc = channel(sandbox, unique_name, [], (1, 1))
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:  # the JSON as gate writes it: UTF-8, unescaped
+        cur.execute("INSERT INTO transfer_data VALUES (1, 1, 'd', 't', NOW(), 's:1', 'INSERT', %s)",
+                    (json.dumps({"NEW": [{"v": text}]}, ensure_ascii=False),))
+    for source in (dc, _url(dc) + "?charset=latin1"):
+        with Consumer(source, unique_name) as consumer:
+            assert [c.new for c in consumer.poll()] == [{"v": text}]
+
+
+def test_a_sqlalchemy_consumer_reports_bad_logins_and_drivers(sandbox: Sandbox, unique_name: str) -> None:
+    dc = channel(sandbox, unique_name, ROWS, (6, 4))
+    with pytest.raises(ConnectionFailed) as refused:
+        Consumer(_url(dc, "nobody", "Secret-pw-1"), unique_name)
+    assert str(refused.value).startswith(f"The DC server at {dc.host}:{dc.port} (SQLAlchemy engine) could not be used: "
+                                         "(1045, \"Access denied for user 'nobody'@")
+    assert "Secret-pw-1" not in str(refused.value)
+    with pytest.raises(ConnectionFailed, match=f"^The DC server {dc.host}:{dc.port} has no database 'no_such_channel'"):
+        Consumer(_url(dc), "no_such_channel")
+    with pytest.raises(InvalidValue, match="not 'sqlite'"):
+        Consumer("sqlite://", unique_name)

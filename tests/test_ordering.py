@@ -14,6 +14,7 @@ from gate.capture.decoder import Job
 from gate.capture.ordering import Ordering
 from gate.capture.reader import Begin, Commit, Idle, Item, Position, Rows, Statement
 from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.snapshot import Note, SnapshotOp
 from gate.capture.translate import Change
 from gate.common.dc import ResumeState
 
@@ -63,10 +64,13 @@ class Chunks:
 
     got: list[tuple[int, list[DCRow], ResumeState | None]] = field(default_factory=list)
     resolved: list[list[str]] = field(default_factory=list)
+    full: list[tuple[int, list[DCRow], ResumeState | None, list[Note]]] = field(default_factory=list)
 
-    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str]) -> None:
+    def __call__(self, no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str],
+                 notes: list[Note]) -> None:
         self.got.append((no, rows, boundary))
         self.resolved.append(resolved)
+        self.full.append((no, rows, boundary, notes))
 
     @property
     def rows(self) -> list[tuple[int, int, str]]:
@@ -120,7 +124,7 @@ def make(decoders: FakeDecoders, batch_rows: int = 1000, job_bytes: int = 1 << 2
     chunks = Chunks()
     ordering = Ordering(Sequencer(last_id, last_tid, "src:3306"), "src:3306", decoders, chunks, batch_rows,
                         prepared or Prepared(), job_format=lambda stream: stream, flush_after=3600.0,
-                        job_bytes=job_bytes)
+                        job_bytes=job_bytes, snapshots=lambda timeout: None)
     return ordering, chunks
 
 
@@ -295,3 +299,33 @@ def test_sequencer_gives_gap_free_ids_and_one_tid_per_transaction_with_changes()
     assert [(r[0], r[1], r[4], r[5]) for r in first + second] == [
         (101, 8, "1970-01-01 00:00:00", "src:3306"), (102, 8, "1970-01-01 00:00:00", "src:3306"),
         (103, 9, "1970-01-02 00:00:00", "src:3306")]
+
+
+def test_a_snapshot_slot_holds_the_numbering_until_its_rows_come_then_numbers_them_as_own_transactions() -> None:
+    """A slot after the first transaction's end, placed while the next transaction's rows still wait for the
+    decoders: it goes in before them; its START and rows take their own tids and the next transaction is
+    numbered after it; the notes reach the checkpointer with a boundary at or after the slot's rows."""
+    decoders = FakeDecoders(hold=True)
+    ordering, chunks = make(decoders)
+    feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
+    slot = SnapshotOp()
+    assert ordering.snapshot(slot, after=lambda position: position.log_pos == 100)
+    feed(ordering, [commit(200)])
+    assert [type(op).__name__ for op in ordering._ops][-4:] == ["SnapshotOp", "BeginOp", "RowsOp", "CommitOp"]
+    start, chunk = Note(9, "start", key=["id"]), Note(9, "chunk", last='["2"]', rows=2)
+    slot.txns = [([("db", "t", "SNAPSHOTSTART", "{}")], start),
+                 ([("db", "t", "SNAPSHOT", "r1"), ("db", "t", "SNAPSHOT", "r2")], chunk)]
+    ordering.drain()
+    assert chunks.rows == [(1, 1, '{"NEW":["a.0"]}'), (2, 2, "{}"), (3, 3, "r1"), (4, 3, "r2"),
+                           (5, 4, '{"NEW":["b.0"]}')]
+    assert chunks.boundaries[-1] == (5, 4, 200)
+    got = [(b.id, b.tid, b.log_pos, notes) for _no, _rows, b, notes in chunks.full if b is not None]
+    assert got == [(5, 4, 200, [start, chunk])]  # the notes go with a boundary at or after the slot's rows
+
+
+def test_a_slot_whose_boundary_is_numbered_already_is_refused() -> None:
+    ordering, chunks = make(FakeDecoders())
+    feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
+    ordering.apply(wait=True)  # the open transaction's row is numbered
+    assert not ordering.snapshot(SnapshotOp(), after=lambda position: position.log_pos == 100)  # numbered: gone
+    assert chunks.got == []

@@ -88,8 +88,8 @@ def expired_message(name: str, cursor: int, purged: int, retention: str) -> str:
             f"to id {purged}, so the oldest kept row is {purged + 1} ({retention}), and rows {cursor + 1} to {purged} "
             f"cannot be read again. Restart from the oldest kept row (Consumer.position({purged}), 'gate tail {name} "
             f"--from {purged + 1}') or rebuild from a new snapshot of the source tables; to keep it from happening "
-            "again, register the reader as a named consumer (Consumer(..., name=...) with commit(), or the Spark "
-            "loader's consumer name), so that retention waits for it.")
+            "again, register the reader as a named consumer (Consumer(..., name=...) with commit(), or the consumer "
+            "name of the Spark loader or of format(\"gate\")), so that retention waits for it.")
 
 
 def test_a_reader_before_the_oldest_kept_row_gets_cursor_expired(sandbox: Sandbox, unique_name: str,

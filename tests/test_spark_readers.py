@@ -20,6 +20,7 @@ from gate.common.config import ServerConfig
 from gate.common.errors import CursorExpiredError, LoadError, MaterialiseError
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import TABLE_DDL, RandomWorkload
+from spark_readers.image import read_image
 from spark_readers.load import CURSOR_FILE, Increment, OutputDir, load, read_increments
 from spark_readers.materialise import column_default, materialise
 from spark_readers.measure import measure
@@ -217,12 +218,14 @@ def source_tables(sandbox: Sandbox, db: str) -> dict[str, tuple[list[str], dict[
 
 def image_tables(spark: SparkSession, out: Path, db: str, keys: dict[str, list[str]]) -> dict[str, Any]:
     tables = {}
-    for path in sorted((out / db).iterdir()):
-        frame = spark.read.parquet(str(path))
+    for name, frame in sorted(read_image(spark, str(out)).items()):
+        if not name.startswith(f"{db}."):
+            continue
+        table = name.split(".", 1)[1]
         assert all(kind == "string" for _, kind in frame.dtypes)
         rows = [row.asDict() for row in frame.collect()]
-        key = keys.get(path.name, ["id"])
-        tables[path.name] = (frame.columns, {tuple(row[c] for c in key): row for row in rows})
+        key = keys.get(table, ["id"])
+        tables[table] = (frame.columns, {tuple(row[c] for c in key): row for row in rows})
     return tables
 
 
@@ -338,6 +341,13 @@ def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sand
     assert not stale.exists()
     assert sorted(made.output.splitlines()) == sorted(
         f"{history.db}.{t}: {len(rows)} rows" for t, (_, rows) in source_tables(sandbox, history.db).items())
+    direct = gate("spark-materialise", history.source.channel, "--out", str(tmp_path / "direct"))  # from the DC
+    assert direct.exit_code == 0 and direct.output == made.output
+    assert image_tables(spark, tmp_path / "direct", history.db, {}) == image_tables(spark, tmp_path / "img",
+                                                                                      history.db, {})
+    again = gate("--json", "spark-materialise", history.source.channel, "--out", str(tmp_path / "direct"))
+    assert json.loads(again.output)["tables"] == {line.split(": ")[0]: int(line.split(": ")[1].split()[0])
+                                                  for line in made.output.splitlines()}  # nothing new: unchanged
     assert spark.sparkContext._jsc is not None  # the module's session is still running
 
 

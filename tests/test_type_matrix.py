@@ -31,7 +31,6 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.capture.libshim import fix_library_charsets
 from gate.capture.values import BinaryFormat, ImageRenderer
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import MariaDBServer, Sandbox
@@ -272,19 +271,6 @@ def _set_all(row: dict[str, Any]) -> tuple[str, list[Any]]:
     """``SET`` assignments (and their parameters) giving every column but id its value in ``row``, else NULL."""
     names = [n for n in NAMES if n != "id"]
     return ", ".join(f"`{n}` = %s" for n in names), [row.get(n) for n in names]
-
-
-@pytest.fixture
-def source_cursor(sandbox: Sandbox, unique_name: str) -> Iterator[pymysql.cursors.Cursor]:
-    fix_library_charsets()
-    conn = sandbox.source.connect()
-    cur = conn.cursor()
-    cur.execute(f"CREATE DATABASE `{unique_name}`")
-    cur.execute(f"USE `{unique_name}`")
-    cur.execute("SET time_zone = '+00:00'")
-    yield cur
-    cur.execute(f"DROP DATABASE `{unique_name}`")
-    conn.close()
 
 
 def test_every_type_insert_update_delete(sandbox: Sandbox, unique_name: str,

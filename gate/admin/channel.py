@@ -14,6 +14,7 @@ from typing import Any
 import pymysql
 
 import dc_schema
+from gate.admin.lag import source_lag
 from gate.admin.preflight import Problem, check_server, require_server
 from gate.capture import failover
 from gate.capture.reader import binlog_files, current_position
@@ -40,6 +41,7 @@ _MARIADB_GTID = re.compile(r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$")
 _ACCOUNT_USER = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 _ACCOUNT_HOST = re.compile(r"^[A-Za-z0-9_.%:/-]{1,255}$")
 _ER_NO_BINARY_LOGGING = 1381
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")  # never a source's data
 
 
 def default_server_id(name: str) -> int:
@@ -165,20 +167,44 @@ def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
 
 
 def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
-    """One line per channel on the DC server; channels of an incompatible schema show only their version."""
+    """One entry per channel on the DC server: whether a gate runs it (the lock's holder, with the host and
+    pid it recorded), its lag (as 'gate status' computes it), checkpoint, metrics address, servers and
+    schema version. Of a channel with an incompatible schema only its name, version, state and the lock's
+    DC connection: its tables may mean something else."""
     result = []
     with dc.connect(dc_server, "DC") as conn:
         for name in dc.list_channels(conn):
             version = dc.stored_schema_version(conn, name)
-            row: dict[str, Any] = {"channel": name, "source": None, "standby": None, "checkpoint_id": None,
-                                   "checkpoint_tid": None, "schema_version": version}
-            if version in dc_schema.COMPATIBLE_VERSIONS:
+            compatible = version in dc_schema.COMPATIBLE_VERSIONS
+            holder, runner = dc.running_gate(conn, name) if compatible else (dc.lock_holder(conn, name), None)
+            row: dict[str, Any] = {
+                "channel": name, "state": "stopped" if holder is None else "running",
+                "gate": None if holder is None else {"connection": holder, "host": runner and runner.host,
+                                                     "pid": runner and runner.pid},
+                "lag_seconds": None, "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None,
+                "metrics_port": None, "source": None, "standby": None, "schema_version": version}
+            if compatible:
                 settings = dc.read_settings(conn, name)
                 resume = dc.read_resume(conn, name)
-                row.update(source=settings.source.address, checkpoint_id=resume.id, checkpoint_tid=resume.tid,
+                metrics = _metrics_at(settings, runner)
+                row.update(lag_seconds=source_lag(settings.source, resume)[1], checkpoint_id=resume.id,
+                           checkpoint_tid=resume.tid, metrics_address=metrics and metrics[0],
+                           metrics_port=metrics and metrics[1], source=settings.source.address,
                            standby=settings.standby.address if settings.standby else None)
             result.append(row)
     return result
+
+
+def _metrics_at(settings: ChannelSettings, runner: dc.Runner | None) -> tuple[str, int] | None:
+    """Where the channel's metrics are served: by the running gate as it recorded, else by the channel's
+    settings (what the next 'gate run' without --metrics-port uses); None for nowhere."""
+    if runner is not None:
+        if runner.metrics is None:
+            return None
+        address, port = runner.metrics.rsplit(":", 1)
+        return address, int(port)
+    defaults = settings.defaults
+    return (defaults.metrics_address, defaults.metrics_port) if defaults.metrics_port else None
 
 
 def _lock_for_drop(conn: pymysql.Connection, name: str, force: bool) -> int | None:
@@ -224,6 +250,8 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
         settings = dc.read_settings(conn, name)
+        if not allow and not deny and not clear:
+            return settings
         kept_allow, kept_deny = ((), ()) if clear else (settings.allow, settings.deny)
         settings = replace(settings, allow=_merged(kept_allow, allow), deny=_merged(kept_deny, deny))
         dc.write_settings(conn, settings)
@@ -258,7 +286,7 @@ def source_columns(settings: ChannelSettings) -> list[tuple[str, str, str, bool]
     captured = TableFilter(settings.allow, settings.deny)
     with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
         cur.execute("SELECT table_schema, table_name, column_name, column_key = 'PRI' FROM information_schema.columns "
-                    "WHERE table_schema NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')")
+                    f"WHERE table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", SYSTEM_SCHEMAS)
         return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()
                 if captured.passes(db, table)]
 
@@ -411,15 +439,20 @@ def set_failover(dc_server: ServerConfig, name: str, failover_mode: str | None =
     return settings
 
 
+def check_retention(retain_days: int | None, consumer_max_idle_days: float | None) -> None:
+    """Refuse retention settings out of their range (None: not given)."""
+    if retain_days is not None:
+        check_range("channel_defaults.retain_days", retain_days, "--retain-days")
+    if consumer_max_idle_days is not None:
+        check_range("channel_defaults.consumer_max_idle_days", consumer_max_idle_days, "--consumer-max-idle-days")
+
+
 def set_retention(dc_server: ServerConfig, name: str, retain_days: int | None = None,
                   consumer_max_idle_days: float | None = None) -> ChannelSettings:
     """Set how many days rows are kept (0: every row, retention off) and after how many idle days a consumer
     is reported stale; None keeps a setting. A running gate applies them at its next retention pass."""
     check_identifier(name, "Channel name")
-    if retain_days is not None:
-        check_range("channel_defaults.retain_days", retain_days, "--retain-days")
-    if consumer_max_idle_days is not None:
-        check_range("channel_defaults.consumer_max_idle_days", consumer_max_idle_days, "--consumer-max-idle-days")
+    check_retention(retain_days, consumer_max_idle_days)
     with dc.connect(dc_server, "DC") as conn:
         settings = dc.read_settings(conn, name)
         defaults = settings.defaults
@@ -430,6 +463,41 @@ def set_retention(dc_server: ServerConfig, name: str, retain_days: int | None = 
         settings = replace(settings, defaults=defaults)
         dc.write_settings(conn, settings)
     return settings
+
+
+METRICS_SETTINGS = ("metrics_port", "metrics_address", "stuck_after_seconds", "ready_lag_seconds")
+_LISTEN_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,255}$")
+
+
+def set_metrics(dc_server: ServerConfig, name: str, metrics_port: int | None = None, metrics_address: str | None = None,
+                stuck_after_seconds: float | None = None,
+                ready_lag_seconds: float | None = None) -> tuple[ChannelSettings, list[str]]:
+    """Change the channel's metrics settings (None keeps one). Returns the settings and warnings: another
+    channel on the DC configured with the same address and port (two gates on one host cannot both listen
+    there). A running gate applies the two limits within seconds, the address and port when it next starts."""
+    check_identifier(name, "Channel name")
+    if metrics_address is not None and not _LISTEN_ADDRESS.match(metrics_address):
+        raise InvalidValue(f"--metrics-address {metrics_address!r} is not an address to listen on. Give an IP address "
+                           "of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface).")
+    numbers: dict[str, float | None] = {"metrics_port": metrics_port, "stuck_after_seconds": stuck_after_seconds,
+               "ready_lag_seconds": ready_lag_seconds}
+    for key, value in numbers.items():
+        if value is not None:
+            check_range(f"channel_defaults.{key}", value, "--" + key.replace("_", "-"))
+    chosen: dict[str, Any] = {k: v for k, v in {**numbers, "metrics_address": metrics_address}.items()
+                              if v is not None}
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        if chosen:
+            settings = replace(settings, defaults=replace(settings.defaults, **chosen))
+            dc.write_settings(conn, settings)
+        mine = settings.defaults
+        others = [other for other in dc.list_channels(conn) if other != name
+                  and dc.stored_schema_version(conn, other) in dc_schema.COMPATIBLE_VERSIONS]
+        clashes = [other for other in others if mine.metrics_port and
+                   _metrics_at(dc.read_settings(conn, other), None) == (mine.metrics_address, mine.metrics_port)]
+    return settings, [f"channel {other} has metrics_port {mine.metrics_port} on {mine.metrics_address} too: gates "
+                      "of both on one host cannot both serve it" for other in clashes]
 
 
 def switch(dc_server: ServerConfig, name: str, catch_up_seconds: float) -> dict[str, Any]:

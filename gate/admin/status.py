@@ -8,18 +8,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import pymysql
-
+from gate.admin.lag import source_lag
 from gate.admin.retention import describe
+from gate.admin.snapshot import read_snapshots
 from gate.capture.retention import plan
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
-from gate.common.errors import GateError
-
-# What a binlog holds around a rotation (FLUSH BINARY LOGS, a restart, max_binlog_size): no transaction.
-BOOKKEEPING_EVENTS = {"Rotate", "Stop", "Format_desc", "Gtid_list", "Binlog_checkpoint", "Start_encryption"}
-BOOKKEEPING_MAX = 8  # more events than that after a position are not a rotation's alone
 
 
 @dataclass(frozen=True)
@@ -41,31 +36,11 @@ class ChannelStatus:
     retention: dict[str, Any]  # retain_days, purged_through, oldest_kept_id, bound, pinned_by, removable_rows
     stale_consumers: list[dict[str, Any]]  # as 'gate consumer list' shows them
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
+    snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def only_bookkeeping_after(cur: pymysql.cursors.Cursor, log_file: str, log_pos: int) -> bool:
-    """Whether the source's binlog holds nothing but rotation bookkeeping from ``log_file:log_pos`` to its
-    end: then a reader at that position has read every transaction, though SHOW MASTER STATUS is elsewhere.
-    False also when the binlog cannot be read (SHOW BINLOG EVENTS needs BINLOG MONITOR): lag is then the
-    time since the last checkpointed transaction."""
-    try:
-        cur.execute("SHOW BINARY LOGS")
-        files = [row[0] for row in cur.fetchall()]
-        if log_file not in files:
-            return False
-        for name in files[files.index(log_file):]:
-            cur.execute(f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {BOOKKEEPING_MAX}",
-                        (name, log_pos if name == log_file else 4))
-            events = cur.fetchall()
-            if len(events) == BOOKKEEPING_MAX or any(event[2] not in BOOKKEEPING_EVENTS for event in events):
-                return False
-    except pymysql.err.Error:
-        return False
-    return True
 
 
 def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) -> ChannelStatus:
@@ -91,37 +66,20 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
                     for at, source, target, reason, at_id in cur.fetchall()]
         stuck = stuck_rows(cur, channel, state.id)
         retention = plan(conn, channel, settings.defaults)
+        pending = read_snapshots(cur, channel, active_only=True)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
-    at_end = False
-    try:
-        with connect(settings.source, "source", connect_timeout=3) as sconn, sconn.cursor() as scur:
-            scur.execute("SHOW MASTER STATUS")
-            row = scur.fetchone()
-            source_pos = f"{row[0]}:{row[1]}" if row else None
-            scur.execute("SELECT UNIX_TIMESTAMP()")
-            source_now = float(one_row(scur)[0])
-            at_end = resume_pos is not None and resume_pos == source_pos or (
-                state.log_file is not None and state.log_pos is not None
-                and only_bookkeeping_after(scur, state.log_file, state.log_pos))
-    except GateError:
-        source_pos, source_now = None, time.time()
-    if at_end:
-        lag: float | None = 0.0
-    elif state.event_time:
-        lag = max(0.0, source_now - state.event_time)
-    else:
-        lag = None
+    source_pos, lag = source_lag(settings.source, state)
     rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
     return ChannelStatus(
         channel=channel, state="running" if running else "stopped", source=settings.source.address,
         source_position=source_pos, resume_position=resume_pos, checkpoint_id=state.id,
         checkpoint_tid=state.tid, last_create_time=str(last) if last else None,
-        lag_seconds=None if lag is None else round(lag, 3),
+        lag_seconds=lag,
         rows_per_second=None if rate is None else round(rate, 1),
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
-        failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, switches=switches,
-        stuck_rows=stuck, retention=describe(retention),
+        failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, snapshots=pending,
+        switches=switches, stuck_rows=stuck, retention=describe(retention),
         stale_consumers=[c.as_row() for c in retention.consumers if c.stale],
     )
 

@@ -5,7 +5,8 @@ Chunks are numbered in the order the sequencer filled them. A chunk may carry tr
 boundaries (the id, tid and binlog position right after a transaction). Once every chunk up to and
 including a chunk is committed by the writers, that chunk's last boundary may become the checkpoint.
 A chunk also names the XA transactions whose outcome (commit or rollback) it passes: their stored
-prepared changes are deleted in the transaction that moves the checkpoint past it.
+prepared changes are deleted in the transaction that moves the checkpoint past it, and the snapshot
+progress notes a chunk's boundary carries are stored in it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from gate.capture.failover import clear_marker
+from gate.capture.snapshot import Note, record
 from gate.capture.xa import forget
 from gate.common.dc import ResumeState, write_resume
 
@@ -29,6 +31,7 @@ class _Chunk:
     seq: int
     boundary: ResumeState | None
     resolved: list[str]
+    notes: list[Note]
     committed: bool = False
 
 
@@ -42,11 +45,13 @@ class Checkpointer:
     _index: dict[int, _Chunk] = field(default_factory=dict)
     _target: ResumeState | None = None
     _resolved: list[str] = field(default_factory=list)  # xids resolved at or below _target
+    _notes: list[Note] = field(default_factory=list)  # snapshot progress at or below _target
     _written_at: float = 0.0
 
-    def add(self, seq: int, boundary: ResumeState | None, has_rows: bool, resolved: list[str] | None = None) -> None:
+    def add(self, seq: int, boundary: ResumeState | None, has_rows: bool, resolved: list[str] | None = None,
+            notes: list[Note] | None = None) -> None:
         """Record a dispatched chunk; one without rows counts as committed at once."""
-        chunk = _Chunk(seq, boundary, resolved or [], committed=not has_rows)
+        chunk = _Chunk(seq, boundary, resolved or [], notes or [], committed=not has_rows)
         self._chunks.append(chunk)
         self._index[seq] = chunk
         self._advance()
@@ -63,6 +68,7 @@ class Checkpointer:
             if chunk.boundary is not None:
                 self._target = chunk.boundary
             self._resolved.extend(chunk.resolved)
+            self._notes.extend(chunk.notes)
 
     def resolving(self, xid: str) -> bool:
         """Whether the stored changes of ``xid`` still wait for a checkpoint to delete them."""
@@ -82,7 +88,7 @@ class Checkpointer:
 
     def write(self, conn: pymysql.Connection) -> bool:
         """Store the newest reachable boundary; False (retried later) if the DC connection broke."""
-        target, resolved = self._target, self._resolved[:]
+        target, resolved, notes = self._target, self._resolved[:], self._notes[:]
         if target is None:
             return True
         try:
@@ -90,6 +96,7 @@ class Checkpointer:
             with conn.cursor() as cur:
                 write_resume(cur, self.channel, target)
                 forget(cur, self.channel, resolved)
+                record(cur, self.channel, notes)
                 if self.marker_pending:
                     clear_marker(cur, self.channel)
             conn.commit()
@@ -99,6 +106,7 @@ class Checkpointer:
             return False
         self.state = target
         del self._resolved[:len(resolved)]
+        del self._notes[:len(notes)]
         self.marker_pending = False
         if self._target is target:
             self._target = None

@@ -39,16 +39,24 @@ class Job:
     started: float = field(default_factory=time.monotonic)
     result: list[list[Change]] | None = None  # per event, once decoded
     _keys: dict[int, int] = field(default_factory=dict)  # table_id -> index in tables
+    _seen: dict[int, tuple[Any, int]] = field(default_factory=dict)  # id(table) -> (table, index in tables)
 
     def add(self, item: Rows) -> int:
         """Add a row event; returns its index in the job. The library makes a new Table for every
-        TableMap (every transaction): an equal one already in the job is not pickled again."""
+        TableMap (every transaction): an equal one already in the job is not pickled again, and each
+        Table is compared once (comparing compares every column's attributes)."""
         event = item.event
         table = event.table_map[event.table_id]
-        key = self._keys.get(event.table_id)
-        if key is None or not (self.tables[key] is table or self.tables[key] == table):
-            key = self._keys[event.table_id] = len(self.tables)
-            self.tables.append(table)
+        seen = self._seen.get(id(table))
+        if seen is not None and seen[0] is table:
+            key = seen[1]
+        else:
+            known = self._keys.get(event.table_id)
+            if known is None or not (self.tables[known] is table or self.tables[known] == table):
+                known = self._keys[event.table_id] = len(self.tables)
+                self.tables.append(table)
+            key = known
+            self._seen[id(table)] = (table, key)
         raw = raw_packet(event)
         self.events.append((item.optype, key, raw))
         self.nbytes += len(raw)
@@ -71,7 +79,8 @@ def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any
 def _decoder_main(timezone: str, binary_format: BinaryFormat, inbox: Any, outbox: Any) -> None:
     start_child("gate-decoder")
     fix_library_charsets()
-    translator = Translator(ZoneInfo(timezone), binary_format, TableFilter())  # the reader's process filtered
+    # the reader's process filtered; row data is decoded by compiled per-table decoders
+    translator = Translator(ZoneInfo(timezone), binary_format, TableFilter(), compiled=True)
     while (message := inbox.get()) is not None:
         no = -1
         try:

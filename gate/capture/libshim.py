@@ -15,10 +15,17 @@ gate touches the library's private names. What gate relies on, and why:
   connection's ``charset`` and ``_get_dbms()``: what the library needs to rebuild a row event from its
   raw bytes in a decoder process (:class:`StreamFormat`, :func:`rebuild_rows_event`), along with
   ``BinLogPacketWrapper``'s positional arguments and the raw packet ``event.packet.packet._data``
-  (:func:`raw_packet`).
+  (:func:`raw_packet`); its read position ``_position`` and the wrapper's ``read_bytes``, where a row
+  event's rows begin and end once the library has read its header (:func:`row_data`).
 - ``RowsEvent.charset_to_encoding``: replaced by :func:`fix_library_charsets`, because the library
   decodes MySQL's latin1 as Python's cp1252 (which has no mapping for 0x81, 0x8D, 0x8F, 0x90, 0x9D
   and raises) and names utf16/utf32/ucs2/utf16le codecs wrongly.
+- ``TableMapEvent.__init__``: wrapped by :func:`reuse_table_maps`. The library parses every TableMap
+  in full (the server writes one before every row event) and builds its Table twice, comparing
+  every column's attribute dict; on wide tables that is most of the reading process's CPU. A TableMap
+  whose bytes (from the table id to the optional metadata) equal an earlier one's describes the same
+  table the same way, so the earlier parse is reused (the attributes ``BinLogEvent.__init__`` does not
+  set, and the Table object).
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from typing import Any
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.common.errors import StreamLost
 
@@ -103,6 +111,42 @@ def fix_library_charsets() -> None:
     RowsEvent.charset_to_encoding = staticmethod(_gate_charset_to_encoding)
 
 
+_TABLE_MAPS: dict[tuple[Any, ...], dict[str, Any]] = {}  # a TableMap event's body (and more) -> what parsing it set
+_TABLE_MAPS_KEPT = 512
+_FILTERS = ("only_tables", "ignored_tables", "only_schemas", "ignored_schemas", "freeze_schema")
+
+
+def reuse_table_maps() -> None:
+    """Parse each distinct TableMap once per process (see the module docstring). Streams with table or
+    schema filters, or a frozen schema, parse every TableMap as before. Idempotent."""
+    original = TableMapEvent.__init__
+    if original.__name__ == "_gate_table_map_init":
+        return
+
+    def _gate_table_map_init(self: Any, from_packet: Any, event_size: int, table_map: dict[int, Any],
+                             ctl_connection: Any, **kwargs: Any) -> None:
+        packet = from_packet.packet
+        # the parse depends on the bytes, and on the server kind (charset ids) and the stream's options
+        body = (packet._data[packet._position:packet._position + event_size], ctl_connection._get_dbms(),
+                kwargs.get("optional_meta_data"), kwargs.get("use_column_name_cache"))
+        filtered = any(kwargs.get(name) for name in _FILTERS)
+        known = None if filtered else _TABLE_MAPS.get(body)
+        if known is None:
+            original(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+            if not filtered and self._processed:
+                base = BinLogEvent.__new__(BinLogEvent)
+                BinLogEvent.__init__(base, from_packet, event_size, table_map, ctl_connection, **kwargs)
+                if len(_TABLE_MAPS) >= _TABLE_MAPS_KEPT:
+                    _TABLE_MAPS.clear()
+                _TABLE_MAPS[body] = {k: v for k, v in vars(self).items() if k not in vars(base)}
+            return
+        BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+        vars(self).update(known)
+        table_map[self.table_id] = self.table_obj
+
+    TableMapEvent.__init__ = _gate_table_map_init
+
+
 @dataclass(frozen=True)
 class StreamFormat:
     """What the library needs to rebuild an event of this stream: taken from the reading stream."""
@@ -134,6 +178,15 @@ class Ctl:
 def raw_packet(event: Any) -> bytes:
     """The bytes of a row event as the server sent them (its header included)."""
     return event.packet.packet._data
+
+
+def row_data(event: Any) -> tuple[bytes, int, int]:
+    """A row event's raw packet and where its rows lie in it: the library has read the header and the
+    columns-present bitmaps and not yet the rows (it reads them when ``event.rows`` is first asked for)."""
+    wrapper = event.packet
+    packet = wrapper.packet
+    start = packet._position
+    return packet._data, start, start + event.event_size - wrapper.read_bytes
 
 
 def rebuild_rows_event(raw: bytes, table: Any, fmt: StreamFormat, ctl: Ctl) -> Any:

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -88,7 +88,9 @@ class RunMetrics:
     stage: Stage | None = None
     earlier_disconnects: int = 0  # binlog streams lost by the readers of earlier sources (before a switch)
     failovers: int = 0
+    snapshot_tables: int = 0  # table snapshots running in this run
     last_event_time: int = 0
+    binlog_expire: float = 0.0  # how long the source keeps its binlogs (0: until purged by hand)
     dc_connected: bool = True
     written: dict[str, int] = field(default_factory=dict)
     loop_at: float = field(default_factory=time.monotonic)
@@ -106,6 +108,7 @@ class RunMetrics:
                                   "the source to the checkpoint that makes it visible in the DC", ["channel"],
                                   registry=self.registry, buckets=VISIBLE_BUCKETS).labels(self.channel)
         self.registry.register(_Figures(self))
+        ProcessCollector(registry=self.registry)  # process_start_time_seconds: restarts show as its changes
 
     # --- what the pipeline reports ----------------------------------------------------------
 
@@ -198,11 +201,15 @@ class _Figures(Collector):
         yield rows
         yield counter("gate_transactions_total", "Source transactions read", m.transactions())
         yield counter("gate_failovers_total", "Switches to the standby by this process", m.failovers)
+        yield gauge("gate_snapshot_tables", "Table snapshots running (their SNAPSHOTEND not numbered yet)",
+                    m.snapshot_tables)
         yield gauge("gate_last_event_timestamp_seconds", "Source commit time of the last transaction read "
                     "(Unix time)", m.last_event_time)
         yield gauge("gate_replication_lag_seconds", "Seconds the checkpoint is behind the source (0 at its end)",
                     m.lag())
         yield from _retention(m.channel, m.retention)
+        yield gauge("gate_source_binlog_expire_seconds", "How long the source keeps its binary logs "
+                    "(binlog_expire_logs_seconds; 0: until purged by hand)", m.binlog_expire)
         stage = m.stage
         if stage is None:
             return
@@ -285,6 +292,7 @@ class MetricsServer:
                 "this host with --metrics-address."
             ) from exc
         self._server.daemon_threads = True
+        self.address = address
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="gate-metrics", daemon=True)
         self._thread.start()

@@ -14,6 +14,11 @@ This is the one place where ids, tids and checkpoint boundaries meet binlog orde
   holds the transaction's last row, or to the next chunk when it has none, never to an earlier one;
 - a chunk is emitted when a row event brings it to ``batch_rows`` rows or more, or at a transaction's end once its first
   row has waited ``flush_after`` seconds, or when the caller flushes (the source is idle, or stop);
+- a snapshot chunk (:class:`~gate.capture.snapshot.SnapshotOp`) is a slot the snapshot engine puts
+  between two transactions, at the binlog position its read view shows; the queue waits at it until
+  the chunk's rows arrive, then numbers each of its transactions (SNAPSHOTSTART, the rows,
+  SNAPSHOTEND) with a tid of its own, followed by a boundary at the binlog position of the last one
+  that carries the chunk's progress notes to the checkpointer;
 - the changes of an XA PREPARE group are not numbered: they go to a store (:class:`PreparedChanges`)
   before the group's boundary, and come back at the XA COMMIT, numbered there as one transaction; the
   chunk that holds an XA outcome (COMMIT or ROLLBACK) lists its xid, so that the checkpoint that
@@ -33,6 +38,7 @@ from gate.capture.decoder import Job
 from gate.capture.libshim import StreamFormat
 from gate.capture.reader import Commit, Position, Rows
 from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.snapshot import Note, SnapshotOp
 from gate.capture.translate import Change
 from gate.common.columns import ColumnRule
 from gate.common.dc import ResumeState
@@ -76,7 +82,7 @@ class StatementOp:
     timestamp: int
 
 
-Op = RowsOp | BeginOp | CommitOp | StatementOp
+Op = RowsOp | BeginOp | CommitOp | StatementOp | SnapshotOp
 
 
 class Decoding(Protocol):
@@ -100,9 +106,9 @@ class PreparedChanges(Protocol):
         """The next stored (seq, change) pairs of ``xid`` after ``after_seq``, in order."""
 
 
-Emit = Callable[[int, list[DCRow], ResumeState | None, list[str]], None]
-"""Receives each chunk: its number, its rows (possibly none), the last transaction boundary in it and
-the xids of the XA outcomes it holds."""
+Emit = Callable[[int, list[DCRow], ResumeState | None, list[str], list[Note]], None]
+"""Receives each chunk: its number, its rows (possibly none), the last transaction boundary in it, the
+xids of the XA outcomes it holds and the snapshot progress notes its boundary passes."""
 
 
 class Ordering:
@@ -111,7 +117,8 @@ class Ordering:
 
     def __init__(self, sequencer: Sequencer, instance: str, decoders: Decoding, emit: Emit, batch_rows: int,
                  prepared: PreparedChanges, job_format: Callable[[Any], StreamFormat] = StreamFormat.of,
-                 flush_after: float = FLUSH_AFTER, job_bytes: int = JOB_BYTES) -> None:
+                 flush_after: float = FLUSH_AFTER, job_bytes: int = JOB_BYTES, start: ResumeState | None = None,
+                 snapshots: Callable[[float], None] = lambda timeout: None) -> None:
         self.sequencer = sequencer
         self.instance = instance
         self.decoders = decoders
@@ -122,6 +129,8 @@ class Ordering:
         self.job_bytes = job_bytes
         self.prepared = prepared
         self._ops: deque[Op] = deque()
+        self._queued: deque[float] = deque()  # when each op of _ops was queued
+        self.hold_back = 0.0  # seconds an op stays queued before it is applied (while snapshots run)
         self._job: Job | None = None  # the job being filled, not yet sent
         self._job_stream: Any = None  # the library stream its events came from
         self._jobs = 0
@@ -134,6 +143,9 @@ class Ordering:
         self._unstored: list[tuple[Change, int]] = []  # its changes not stored yet, with their source time
         self._stored = 0  # how many of its changes are stored
         self.rules: tuple[ColumnRule, ...] = ()  # the column rules new jobs carry to the decoders
+        self._last = start or ResumeState()  # the last boundary applied: where a snapshot chunk's boundary points
+        self._notes: list[Note] = []  # snapshot progress that goes with the chunk being filled
+        self.snapshots = snapshots  # waits up to the given seconds for snapshot chunks' rows to arrive
 
     def set_rules(self, rules: tuple[ColumnRule, ...]) -> None:
         """Column rules for the row events read from now on (the job being filled goes with the old ones)."""
@@ -155,20 +167,40 @@ class Ordering:
         if self._job is None:
             self._jobs += 1
             self._job, self._job_stream = Job(self._jobs, self.job_format(stream), rules=self.rules), stream
-        self._ops.append(RowsOp(self._job, self._job.add(item), item.event.timestamp))
+        self._push(RowsOp(self._job, self._job.add(item), item.event.timestamp))
         if self._job.nbytes >= self.job_bytes:
             self._send()
 
     def begin(self, xid: str | None = None) -> None:
-        self._ops.append(BeginOp(xid))
+        self._push(BeginOp(xid))
 
     def commit(self, item: Commit) -> None:
-        self._ops.append(CommitOp(item.position, item.timestamp, item.xa))
+        self._push(CommitOp(item.position, item.timestamp, item.xa))
         if self._job is not None and time.monotonic() - self._job.started >= self.flush_after:
             self._send()
 
     def statement(self, change: Change, timestamp: int) -> None:
-        self._ops.append(StatementOp(change, timestamp))
+        self._push(StatementOp(change, timestamp))
+
+    def _push(self, op: Op) -> None:
+        self._ops.append(op)
+        self._queued.append(time.monotonic())
+
+    def snapshot(self, op: SnapshotOp, after: Callable[[Position], bool] | None = None) -> bool:
+        """A snapshot chunk's slot, between two transactions (its rows may come later): at the end, or right
+        after the newest transaction end still waiting here whose position satisfies ``after``, before
+        what was read since (False when there is none: its place has been numbered already)."""
+        if after is None:
+            self._push(op)
+            return True
+        ops = self._ops
+        for at in range(len(ops) - 1, -1, -1):
+            candidate = ops[at]
+            if type(candidate) is CommitOp and after(candidate.position):
+                ops.insert(at + 1, op)
+                self._queued.insert(at + 1, self._queued[at])
+                return True
+        return False
 
     # --- output --------------------------------------------------------------------------------
 
@@ -176,8 +208,11 @@ class Ordering:
         """Apply operations from the front while their rows are decoded; with ``wait``, all of them."""
         self.decoders.collect()
         ops, sequencer = self._ops, self.sequencer
+        hold_until = time.monotonic() - self.hold_back if self.hold_back and not wait else 0.0
         while ops:
             op = ops[0]
+            if hold_until and self._queued[0] > hold_until:
+                return  # kept a moment: a snapshot chunk read at an earlier position may still go in before it
             if type(op) is RowsOp:
                 decoded = op.job.result
                 if decoded is None:
@@ -204,24 +239,32 @@ class Ordering:
                 if op.xa is not None:
                     self._xa_step(*op.xa, op.timestamp)
                 pos = op.position
-                self._boundary = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos, pos.gtid_pos,
-                                             self.instance, op.timestamp)
+                self._boundary = self._last = ResumeState(sequencer.id, sequencer.tid, pos.log_file, pos.log_pos,
+                                                          pos.gtid_pos, self.instance, op.timestamp)
                 if time.monotonic() - self._chunk_since >= self.flush_after:
                     self.flush()
                     self._chunk_since = time.monotonic()
+            elif type(op) is SnapshotOp:
+                if op.txns is None:
+                    if not wait:
+                        return
+                    self.snapshots(0.5)
+                    continue
+                self._snapshot_chunk(op.txns, op.timestamp)
             else:
                 assert type(op) is StatementOp
                 self._rows.extend(sequencer.number([op.change], op.timestamp))
             ops.popleft()
+            self._queued.popleft()
 
     def flush(self) -> None:
         """Emit the rows and boundary gathered so far as a chunk (nothing when there are neither)."""
         if not self._rows and self._boundary is None:
             return
         self._chunks += 1
-        rows, boundary, resolved = self._rows, self._boundary, self._resolved
-        self._rows, self._boundary, self._resolved = [], None, []
-        self.emit(self._chunks, rows, boundary, resolved)
+        rows, boundary, resolved, notes = self._rows, self._boundary, self._resolved, self._notes
+        self._rows, self._boundary, self._resolved, self._notes = [], None, [], []
+        self.emit(self._chunks, rows, boundary, resolved, notes)
 
     def drain(self) -> None:
         """Apply every operation and emit the last chunk: all that was read is now numbered."""
@@ -234,6 +277,19 @@ class Ordering:
         self._rows.extend(self.sequencer.number(changes, timestamp))
         if len(self._rows) >= self.batch_rows:
             self.flush()
+
+    def _snapshot_chunk(self, txns: list[tuple[list[Change], Note]], timestamp: int) -> None:
+        """Number a snapshot chunk's transactions, each with a tid of its own, then a boundary at the last
+        binlog position (the chunk lies between two transactions) that carries their notes."""
+        if not txns:
+            return
+        for changes, _note in txns:
+            self.sequencer.begin()
+            for at in range(0, len(changes), self.batch_rows):
+                self._number(changes[at:at + self.batch_rows], timestamp)
+        self.sequencer.begin()
+        self._notes.extend(note for _changes, note in txns)  # with the boundary, never before it
+        self._boundary = self._last = self._last.moved(id=self.sequencer.id, tid=self.sequencer.tid)
 
     def _store_prepared(self) -> None:
         if self._unstored:

@@ -9,7 +9,9 @@ same boundary yields the same ids and tids, so a restart continues exactly where
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 import pymysql
 
-from gate.capture import xa
+from gate.capture import snapshot, xa
 from gate.capture.checkpoint import Checkpointer
 from gate.capture.ddl import ColumnDescriber
 from gate.capture.decoder import DecoderPool
@@ -41,6 +43,7 @@ from gate.capture.reader import (
 )
 from gate.capture.retention import Retainer
 from gate.capture.sequencer import DCRow, Sequencer
+from gate.capture.snapshot import Note, SnapshotEngine
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool
 from gate.common.columns import rule_keys
@@ -48,12 +51,15 @@ from gate.common.config import ServerConfig
 from gate.common.dc import (
     ChannelSettings,
     ResumeState,
+    Runner,
     connect,
     one_row,
     q,
     read_resume,
     read_settings,
+    record_runner,
     remove_above_checkpoint,
+    schema_version,
     take_lock,
     write_resume,
 )
@@ -105,6 +111,21 @@ def describe_columns(server: ServerConfig, retry_for: float, stopping: threading
                 time.sleep(backoff(int(now - failing_since)))
 
     return describe
+
+
+_ER_UNKNOWN_SYSTEM_VARIABLE = 1193
+
+
+def binlog_expire_seconds(cur: pymysql.cursors.Cursor) -> float:
+    """How long the source keeps its binary logs (binlog_expire_logs_seconds, else expire_logs_days on
+    servers without it); 0: until purged by hand."""
+    try:
+        cur.execute("SELECT @@binlog_expire_logs_seconds")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_UNKNOWN_SYSTEM_VARIABLE:
+            raise
+        cur.execute("SELECT @@expire_logs_days * 86400")
+    return float(one_row(cur)[0])
 
 
 @dataclass
@@ -174,7 +195,19 @@ class Pipeline:
                 f"Channel '{self.channel}' is already being run by another gate process (DC connection "
                 f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
             )
+        try:
+            schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
+        except GateError:
+            conn.close()
+            raise
+        self._announce(conn)
         return conn
+
+    def _announce(self, conn: pymysql.Connection) -> None:
+        """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
+        server = self.metrics_server
+        record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
+                                                 f"{server.address}:{server.port}" if server else None))
 
     def _ctl_conn(self) -> pymysql.Connection:
         """The control connection, reopened (and the lock retaken) after a DC restart."""
@@ -208,6 +241,7 @@ class Pipeline:
                      self.channel, now.describe())
         with conn.cursor() as cur:
             xa.ensure_table(cur)
+            snapshot.ensure_table(cur)
             removed = remove_above_checkpoint(cur, self.channel, state.id)
         if removed:
             log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
@@ -243,6 +277,7 @@ class Pipeline:
         if port and self.metrics_server is None:
             self.metrics_server = MetricsServer(self.metrics, self.metrics_address or settings.defaults.metrics_address,
                                                 port)
+            self._announce(self._ctl_conn())
 
     def _run(self) -> RunStats:
         while True:
@@ -296,6 +331,7 @@ class Pipeline:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
                 cur.execute("SELECT @@server_id")
                 server_id = one_row(cur)[0]
+                self.metrics.binlog_expire = binlog_expire_seconds(cur)
         except GateError:
             return  # unreachable now: the reader will say so
         with self._ctl_conn().cursor() as cur:
@@ -345,8 +381,10 @@ class Pipeline:
         self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
         self.stats.started = time.monotonic()
         clean = abandoned = False
+        engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, after: False,
+                                Position(state.log_file, state.log_pos, state.gtid_pos))
         try:
-            self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows)
+            self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows, engine)
             clean = True
         except SourceDown:
             clean = True  # what the writers have is good: drain it and checkpoint before the switch
@@ -357,21 +395,30 @@ class Pipeline:
             if sampler is not None:
                 sampler.stop()
             decoders.close()
+            engine.close()
             self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
-              checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int) -> None:
+              checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int,
+              engine: SnapshotEngine) -> None:
         """Read items into the ordering (row events of captured tables, transaction starts and ends,
-        translated statements); its chunks go to the writers and its boundaries to the checkpointer."""
+        translated statements, snapshot chunks at their binlog positions); its chunks go to the writers
+        and its boundaries to the checkpointer."""
 
-        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str]) -> None:
-            checkpointer.add(chunk_no, boundary, bool(rows), resolved)
+        def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str],
+                 notes: list[Note]) -> None:
+            checkpointer.add(chunk_no, boundary, bool(rows), resolved, notes)
             if rows:
                 pool.submit(chunk_no, rows)
             self.stats.rows += len(rows)
 
         ordering = Ordering(sequencer, reader.server.address, decoders, emit, batch_rows,
-                            PreparedInDC(self, checkpointer, pool))
+                            PreparedInDC(self, checkpointer, pool), start=checkpointer.state,
+                            snapshots=lambda timeout: engine.collect(timeout))
+        engine.place = ordering.snapshot
+        engine.hold_back = lambda seconds: setattr(ordering, "hold_back", seconds)
+        engine.tables = lambda count: setattr(self.metrics, "snapshot_tables", count)
+        engine.filter, engine.rules = translator.filter, translator.rules
         metrics = self.metrics
         ordering.set_rules(translator.rules)
         next_progress = time.monotonic() + PROGRESS_EVERY
@@ -388,15 +435,24 @@ class Pipeline:
                     next_filter = time.monotonic() + FILTER_EVERY
                     self._reread_filter(translator, reader.boundary.describe())
                     ordering.set_rules(translator.rules)
+                    engine.filter, engine.rules = translator.filter, translator.rules
                 ordering.begin(item.xid)
+                engine.begin()
             elif type(item) is Commit:
                 self.stats.transactions += 1
                 metrics.last_event_time = item.timestamp
                 ordering.commit(item)
+                engine.at_boundary(reader.boundary, item.timestamp)
             elif type(item) is Statement:
                 for change in translator.statement(item):
                     ordering.statement(change, item.timestamp)
+                    if change[2] in ("RENAME", "DROPTABLE"):
+                        what = "renamed" if change[2] == "RENAME" else "dropped"
+                        engine.cancel(change[0], change[1], f"the table was {what} while it was snapshotted "
+                                      f"(after binlog position {reader.boundary.describe()})")
+            engine.turn(time.monotonic())
             if type(item) is Idle:
+                engine.at_boundary(reader.boundary)
                 ordering.drain()
                 if not pool.in_flight and checkpointer.pending == 0 and checkpointer.target is None:
                     metrics.caught_up()
@@ -414,6 +470,7 @@ class Pipeline:
                 state = logged = checkpointer.state
                 log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
                          state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
+        engine.abandon()
         ordering.drain()
 
     def _on_dc(self, work: Callable[[pymysql.Connection], T]) -> T:
@@ -428,13 +485,15 @@ class Pipeline:
                 time.sleep(0.5)
 
     def _reread_filter(self, translator: Translator, at: str) -> None:
-        """Apply the channel's allow and deny lists and column rules as stored now ('gate channel filter' or
-        'gate channel columns' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
+        """Apply the channel's allow and deny lists, column rules and health limits as stored now ('gate channel
+        filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
         try:
             settings = read_settings(self._ctl_conn(), self.channel)
         except (GateError, pymysql.err.Error) as exc:
             log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
             return
+        self.metrics.stuck_after = settings.defaults.stuck_after_seconds  # 'gate channel set' while gate runs
+        self.metrics.ready_lag = settings.defaults.ready_lag_seconds
         new, old = TableFilter(settings.allow, settings.deny), translator.filter
         if new != old:
             translator.filter = new

@@ -30,7 +30,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.capture.libshim import OwnedStream, fix_library_charsets
+from gate.capture.libshim import OwnedStream, fix_library_charsets, reuse_table_maps
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, describe_position, one_row
 from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
@@ -198,6 +198,7 @@ class BinlogReader:
 
     def _open(self) -> OwnedStream:
         fix_library_charsets()
+        reuse_table_maps()
         settings = {**self.server.connect_args(), "read_timeout": self.read_timeout, "connect_timeout": 5}
         common: dict[str, Any] = dict(
             connection_settings=settings, server_id=self.server_id, blocking=True,

@@ -15,7 +15,9 @@ from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
+from gate.capture.compiled import TableDecoder, build, column_shape
 from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
+from gate.capture.libshim import row_data
 from gate.capture.reader import Rows, Statement
 from gate.capture.values import BinaryFormat, ImageRenderer
 from gate.common.columns import ColumnRule, Transform, chain, matching, rule_keys
@@ -87,11 +89,15 @@ def _per_table_map(cache: dict[int, tuple[Any, T]], event: Any, build: Callable[
     return value
 
 class Translator:
-    """Turns row events and DDL statements into :data:`Change` tuples, in binlog order."""
+    """Turns row events and DDL statements into :data:`Change` tuples, in binlog order.
+
+    With ``compiled``, row events are decoded by :mod:`gate.capture.compiled` (the decoder processes'
+    way); tables and events it does not cover, and every row event without it, are decoded by the
+    library and rendered by :class:`ImageRenderer`. Both give the same text."""
 
     def __init__(self, tz: tzinfo, binary_format: BinaryFormat, table_filter: TableFilter,
                  describe: ColumnDescriber | None = None, position: Callable[[], str] = lambda: "unknown",
-                 rules: Sequence[ColumnRule] = ()) -> None:
+                 rules: Sequence[ColumnRule] = (), compiled: bool = False) -> None:
         self.tz = tz
         self.binary_format = binary_format
         self.filter = table_filter
@@ -99,6 +105,9 @@ class Translator:
         self.position = position  # the binlog position of the event being translated, for error messages
         self._renderers: dict[int, tuple[Any, ImageRenderer]] = {}  # id(table) -> (table, its renderer)
         self._checked: dict[int, tuple[Any, object]] = {}  # the table maps the rules were checked against
+        self.compiled = compiled
+        self._decoders: dict[int, tuple[Any, TableDecoder | None]] = {}  # id(table) -> (table, its compiled decoder)
+        self._shapes: dict[tuple[Any, ...], TableDecoder | None] = {}  # what a table map says -> its decoder
         self.rules: tuple[ColumnRule, ...] = ()
         self._keys: dict[str, bytes] = {}
         self.set_rules(rules)
@@ -111,6 +120,8 @@ class Translator:
             self.rules = rules
             self._renderers.clear()
             self._checked.clear()
+            self._decoders.clear()
+            self._shapes.clear()
 
     def _treatments(self, event: Any) -> list[tuple[bool, Transform | None]]:
         """Per column of a row event's table map: (excluded, value transform); a rule on a key column is refused."""
@@ -135,6 +146,21 @@ class Translator:
         the library's Table, which the reader's process pickles for the decoders (renderers do not pickle)."""
         return _per_table_map(self._renderers, event, lambda: ImageRenderer(
             event.columns, self.tz, self.binary_format, self._treatments(event) if self.rules else ()))
+
+    def _decoder(self, event: Any) -> TableDecoder | None:
+        """The compiled decoder of the event's table map (None: a column type it does not cover). A
+        decoder process gets new Table objects with every job; one that describes the same table the
+        same way as an earlier one gets that one's decoder instead of compiling it again."""
+        return _per_table_map(self._decoders, event, lambda: self._decoder_of_shape(event))
+
+    def _decoder_of_shape(self, event: Any) -> TableDecoder | None:
+        shape = (event.schema, event.table, tuple(column_shape(column) for column in event.columns))
+        if shape not in self._shapes:
+            if len(self._shapes) >= 256:
+                self._shapes.clear()
+            self._shapes[shape] = build(event.columns, self.tz, self.binary_format,
+                                        self._treatments(event) if self.rules else (), f"{event.schema}.{event.table}")
+        return self._shapes[shape]
 
     def check_image(self, item: Rows) -> None:
         """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""
@@ -161,8 +187,13 @@ class Translator:
         db, table = event.schema, event.table
         if not self.filter.passes(db, table):
             return ()
-        image = self._renderer(event).image_json  # the text dumps({"NEW": ...}) would give, built directly
         optype = item.optype
+        if self.compiled:
+            decoder = self._decoder(event)
+            texts = decoder.changes(event, *row_data(event)) if decoder is not None else None
+            if texts is not None:
+                return [(db, table, optype, text) for text in texts]
+        image = self._renderer(event).image_json  # the text dumps({"NEW": ...}) would give, built directly
         if optype == "INSERT":
             return [(db, table, optype, '{"NEW":' + image(r["values"], r["none_sources"]) + "}") for r in event.rows]
         if optype == "DELETE":

@@ -309,10 +309,42 @@ def transformed_renderer(column: Column, change: Transform, tz: tzinfo = _UTC,
     return render_bytes, zero
 
 
+def text_renderer(data_type: str, fsp: int, comes_as_bytes: bool, tz: tzinfo = _UTC,
+                  binary_format: BinaryFormat = "base64", change: Transform | None = None) -> Renderer:
+    """The function rendering one column's non-NULL value as the server's text protocol sends it (a
+    session in time zone +00:00, values undecoded: ``str``, or ``bytes`` for binary strings, GEOMETRY and
+    BIT), to the same text :func:`column_renderer` gives for the value read from the binlog. The text
+    protocol already shows most types as the DC wants them; what differs follows the same rules: binary
+    values base64/hex (BINARY(n) arrives padded), BIT its integer, TIMESTAMP moved from UTC into ``tz``."""
+    render: Renderer = str
+    if data_type == "bit":
+        render = lambda v: str(int.from_bytes(v, "big"))  # noqa: E731
+    elif data_type == "timestamp":
+        layout = timestamp_renderer(fsp, tz)
+        render = lambda v: v if v.startswith("0000") else layout(datetime.fromisoformat(v))  # noqa: E731
+    elif comes_as_bytes:
+        encode = _ENCODERS[binary_format]
+        if change is None:
+            return encode
+        return lambda v: out if isinstance(out := change(v), str) else encode(out)
+    if change is None:
+        return render
+    return lambda v: cast(str, change(render(v)))
+
+
 class ImageRenderer:
     """Renders row images of one table map; build once per TableMapEvent / table_id."""
 
     __slots__ = ("_plan", "_json_plan")
+
+    @classmethod
+    def of_text(cls, plan: Sequence[tuple[str, Renderer]]) -> ImageRenderer:
+        """A renderer of rows read through the text protocol: (name, :func:`text_renderer`) per column;
+        :meth:`row_json` renders a row given as a sequence in that order, None for NULL."""
+        self = cls.__new__(cls)
+        self._plan = tuple((name, render, None) for name, render in plan)
+        self._json_plan = tuple((name, render, None, "{" + encode_basestring(name) + ":") for name, render in plan)
+        return self
 
     def __init__(self, columns: Sequence[Column], tz: tzinfo = _UTC, binary_format: BinaryFormat = "base64",
                  treatments: Sequence[tuple[bool, Transform | None]] = ()) -> None:
@@ -346,6 +378,12 @@ class ImageRenderer:
             else:
                 append({name: zero})
         return image
+
+    def row_json(self, row: Sequence[Any]) -> str:
+        """:meth:`image_json` of a row given as a sequence of values in the plan's order (None: NULL)."""
+        enc = encode_basestring
+        return "[" + ",".join([key + "null}" if v is None else key + enc(render(v)) + "}"
+                               for (_name, render, _zero, key), v in zip(self._json_plan, row)]) + "]"
 
     def image_json(self, values: dict[str, Any], none_sources: dict[str, str]) -> str:
         """``render``'s image as JSON text, exactly what json.dumps(..., ensure_ascii=False,

@@ -9,8 +9,10 @@ import click
 
 from gate.admin import channel as channels
 from gate.admin import retention
+from gate.admin import snapshot as snapshots
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
+from gate.cli.snapshot import describe_request
 from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
 
@@ -70,13 +72,15 @@ def _print_channel(app: App, name: str) -> None:
 @click.option("--retain-days", metavar="N|none", help=_RETAIN_HELP + " [default: channel_defaults, none]")
 @click.option("--consumer-max-idle-days", type=float, metavar="DAYS", help=_IDLE_HELP + " [default: channel_defaults, 7]")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby")
+@click.option("--snapshot", "snapshot", is_flag=True,
+              help="also request a snapshot of every table the channel captures (see 'gate snapshot')")
 @pass_app
 def create(app: App, name: str, source_address: str, source_user: str | None, source_password: str | None,
            source_password_env: str | None, standby_address: str | None, standby_user: str | None,
            standby_password: str | None, standby_password_env: str | None, server_id: int | None,
            timezone: str | None, binary_format: str | None, writers: int | None, allow: tuple[str, ...],
            deny: tuple[str, ...], retain_days: str | None, consumer_max_idle_days: float | None,
-           no_check: bool) -> None:
+           no_check: bool, snapshot: bool) -> None:
     """Create a channel: its database and tables on the DC server.
 
     Checks the source (and standby) first as 'gate check-source' does, unless --no-check, then
@@ -86,7 +90,9 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     (CRC-32 of the name); give --server-id when another replica of the source uses it. Passwords
     given with --source-password-env are stored as the reference ${VAR}, never as the value.
     --retain-days N makes 'gate run' remove rows older than N days that every registered consumer
-    has read (default: none, every row is kept).
+    has read (default: none, every row is kept). With --snapshot, the channel also gets a snapshot
+    request for every table it captures on the source, so that 'gate run' writes the rows those
+    tables already hold, not only their changes from now on.
 
     Example:
 
@@ -95,35 +101,60 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
         gate channel create shop --source db1.example.com:3306 --source-user gate \\
             --source-password-env SHOP_SOURCE_PASSWORD --standby db2.example.com:3306 \\
             --standby-user gate --standby-password-env SHOP_SOURCE_PASSWORD --allow 'shop.*'
+        gate channel create crm --source db3.example.com:3306 --allow 'crm.*' --snapshot
     """
     source = channels.server_login(source_address, source_user, source_password, source_password_env, "source")
     standby = (channels.server_login(standby_address, standby_user, standby_password, standby_password_env, "standby")
                if standby_address else None)
+    tables = snapshots.captured(snapshots.source_tables(source), allow, deny) if snapshot else []
     _, warnings = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
         retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days,
     )
     warn(warnings)
-    _print_channel(app, name)
+    if not snapshot:
+        _print_channel(app, name)
+        return
+    data = channels.show(app.dc, name)
+    requested = snapshots.request_tables(app.dc, name, tables, "channel create")
+    app.emit({**data, "snapshot": requested.as_dict()},
+             pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
+                                                                "table on the source yet"))
+
+
+def _describe_gate(gate: dict[str, Any] | None) -> str | None:
+    """The running gate as HOST/PID, or by its DC connection when it recorded neither."""
+    if gate is None:
+        return None
+    return f"{gate['host']}/{gate['pid']}" if gate["host"] else f"connection {gate['connection']}"
 
 
 @channel.command(name="list")
 @pass_app
 def list_(app: App) -> None:
-    """List the channels on the DC server.
+    """List the channels on the DC server: which run, how far behind, where their metrics are.
 
-    Shows each channel's source and standby, its checkpoint (id and tid of the last complete
-    transaction in transfer_data) and the DC schema version it was created with.
+    For each channel: state (running when a gate holds the channel's lock on the DC server, else
+    stopped); gate, the running gate's host and pid (HOST/PID); lag_seconds, as 'gate status' computes
+    it: 0 when the channel's resume position is the source's binlog end, else the source's clock minus
+    the source time of the last checkpointed transaction (so an idle source does not make it grow, and
+    a stopped channel's lag grows while the source moves on); the checkpoint (id and tid of the last
+    complete transaction in transfer_data); metrics, the address and port the running gate serves
+    /metrics on (for a stopped channel: its metrics_port setting); source, standby and the DC schema
+    version it was created with. Asks each source for its binlog end (3 s timeout).
 
     Example:
 
     \b
         gate channel list
+        gate --json channel list
     """
     rows = channels.summaries(app.dc)
-    app.emit(rows, table(rows, ["channel", "source", "standby", "checkpoint_id", "checkpoint_tid",
-                                "schema_version"]))
+    shown = [{**row, "gate": _describe_gate(row["gate"]),
+              "metrics": row["metrics_port"] and f"{row['metrics_address']}:{row['metrics_port']}"} for row in rows]
+    app.emit(rows, table(shown, ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid",
+                                 "metrics", "source", "standby", "schema_version"]))
 
 
 @channel.command()
@@ -184,24 +215,38 @@ def drop(app: App, name: str, yes: bool, force: bool) -> None:
 @click.option("--allow", multiple=True, metavar="PATTERN", help="add a pattern to the allow list (repeatable)")
 @click.option("--deny", multiple=True, metavar="PATTERN", help="add a pattern to the deny list (repeatable)")
 @click.option("--clear", is_flag=True, help="empty both lists first")
+@click.option("--snapshot", "snapshot", is_flag=True,
+              help="request snapshots of the tables the new lists capture and the old ones did not")
 @pass_app
-def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], clear: bool) -> None:
+def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], clear: bool, snapshot: bool) -> None:
     """Set which tables a channel captures, by db.table patterns.
 
     A table is captured when the allow list is empty or one allow pattern matches it, and no deny
     pattern matches it. Patterns are db.table with the wildcards * (any characters) and ? (one
     character), matched case-sensitively. --allow and --deny add to the lists, --clear empties both
     first; with no option the lists are only shown. A running gate applies the new lists within a few
-    seconds, from its next transaction on; rows a newly allowed table held before are not captured.
+    seconds, from its next transaction on; rows a newly allowed table held before are not captured,
+    unless --snapshot: it requests a snapshot of each table on the source that the new lists capture
+    and the old ones did not, and names them.
 
     Example:
 
     \b
         gate channel filter shop --clear --allow 'shop.*' --deny '*.audit_log'
+        gate channel filter shop --allow 'crm.customer?' --snapshot
     """
+    before = channels.set_filter(app.dc, name) if snapshot else None
+    tables = snapshots.source_tables(before.source) if before else []  # read before anything changes
     settings = channels.set_filter(app.dc, name, allow, deny, clear)
-    data = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
-    app.emit(data, pairs(data))
+    data: dict[str, Any] = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
+    if before is None:
+        app.emit(data, pairs(data))
+        return
+    requested = snapshots.request_tables(app.dc, name, snapshots.newly_captured(tables, before, settings),
+                                         "channel filter")
+    app.emit({**data, "snapshot": requested.as_dict()},
+             pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the new lists capture no "
+                                                                "table on the source that the old ones did not"))
 
 
 @channel.command(name="columns")
@@ -338,20 +383,35 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
               help="when the DC holds transactions the standby never received: stop gate, or report and go on")
 @click.option("--retain-days", metavar="N|none", help=_RETAIN_HELP)
 @click.option("--consumer-max-idle-days", type=float, metavar="DAYS", help=_IDLE_HELP)
+@click.option("--metrics-port", type=int, metavar="PORT",
+              help="the port 'gate run' serves /metrics, /healthz and /readyz on, 0 for none")
+@click.option("--metrics-address", metavar="ADDRESS", help="the interface they listen on, e.g. 127.0.0.1 or 0.0.0.0")
+@click.option("--stuck-after-seconds", type=float, metavar="S",
+              help="/healthz says 503 after this long without progress while there is work")
+@click.option("--ready-lag-seconds", type=float, metavar="S", help="/readyz says 503 while the lag is above this")
 @pass_app
 def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
-         consumer_max_idle_days: float | None) -> None:
-    """Set a channel's failover behaviour and retention.
+         consumer_max_idle_days: float | None, metrics_port: int | None, metrics_address: str | None,
+         stuck_after_seconds: float | None, ready_lag_seconds: float | None) -> None:
+    """Set a channel's failover behaviour, retention, and metrics and health settings.
 
     --failover-mode chooses how gate, after a switch, recognises the standby's transactions that the DC
     already holds. --on-divergence chooses what happens when the DC holds transactions the standby
     never received (lost by asynchronous replication): 'stop' makes gate exit with the report,
     'continue' logs the report and goes on. A running gate reads these settings when it next starts
-    the channel. --retain-days N: 'gate run' removes rows older than N days once every registered
-    consumer (gate consumer list) has read them; 'none' or 0 keeps every row. --consumer-max-idle-days:
-    a consumer behind the checkpoint that has not moved for longer is reported as stale (it is never
-    dropped by gate). A running gate applies both at its next retention pass. With no option the
-    settings are only shown.
+    the channel.
+
+    --retain-days N: 'gate run' removes rows older than N days once every registered consumer (gate
+    consumer list) has read them; 'none' or 0 keeps every row. --consumer-max-idle-days: a consumer
+    behind the checkpoint that has not moved for longer is reported as stale (it is never dropped by
+    gate). A running gate applies both at its next retention pass.
+
+    --metrics-port and --metrics-address set where 'gate run' serves its metrics and health endpoints
+    (its --metrics-port and --metrics-address options override them); give each channel run on one
+    host its own port (a warning names another channel with the same address and port).
+    --stuck-after-seconds and --ready-lag-seconds are the limits of /healthz and /readyz. A running
+    gate applies the two limits within seconds, a new address or port when it next starts. With no
+    option the settings are only shown.
 
     Example:
 
@@ -359,13 +419,21 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         gate channel set shop --on-divergence continue
         gate channel set shop --failover-mode fingerprint
         gate channel set shop --retain-days 14 --consumer-max-idle-days 3
+        gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
     """
+    days = retain_days_value(retain_days)
+    channels.check_retention(days, consumer_max_idle_days)  # every value is checked before anything changes
+    _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
+                                      ready_lag_seconds)  # it checks its values before it changes anything
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
-    if retain_days is not None or consumer_max_idle_days is not None:
-        settings = channels.set_retention(app.dc, name, retain_days_value(retain_days), consumer_max_idle_days)
-    data = {"channel": name, "failover_mode": settings.failover_mode, "on_divergence": settings.on_divergence,
-            "retain_days": settings.defaults.retain_days,
-            "consumer_max_idle_days": settings.defaults.consumer_max_idle_days}
+    if days is not None or consumer_max_idle_days is not None:
+        settings = channels.set_retention(app.dc, name, days, consumer_max_idle_days)
+    for clash in clashes:
+        click.echo(f"warning: {clash}", err=True)
+    data: dict[str, Any] = {"channel": name, "failover_mode": settings.failover_mode,
+                            "on_divergence": settings.on_divergence}
+    defaults = asdict(settings.defaults)
+    data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS)})
     app.emit(data, pairs(data))
 
 

@@ -17,7 +17,7 @@ import click
 from gate.cli.app import App
 from gate.common.config import check_identifier
 from gate.common.errors import InvalidValue
-from gate.consume.client import OPTYPES, Change, Consumer
+from gate.consume.client import OPTYPES, Change, Consumer, SnapshotInfo
 
 _PLAIN = re.compile(r"^[^\s,{}=\"']{1,40}$")
 
@@ -39,7 +39,7 @@ def _image(image: dict[str, str | None]) -> str:
 
 def describe(change: Change) -> str:
     """One line: id, tid, UTC time, db.table, optype, then NEW and the OLD columns that changed (UPDATE),
-    the image (INSERT, DELETE) or the DDL statement."""
+    the image (INSERT, DELETE, SNAPSHOT), the snapshot (SNAPSHOTSTART, SNAPSHOTEND) or the DDL statement."""
     head = (f"{change.id} tid={change.tid} {change.create_time:%Y-%m-%d %H:%M:%S}Z "
             f"{change.dbname}.{change.tablename} {change.optype}")
     if change.new is not None and change.old is not None:
@@ -49,9 +49,18 @@ def describe(change: Change) -> str:
         return f"{head} NEW{_image(change.new)}"
     if change.old is not None:
         return f"{head} OLD{_image(change.old)}"
+    if change.snapshot is not None:
+        return f"{head} {_snapshot(change.snapshot)}"
     ddl = change.ddl or {}
     text = ddl.get("SQL") or (json.dumps(ddl, ensure_ascii=False, separators=(",", ":")) if ddl else "")
     return f"{head} {text}".rstrip()
+
+
+def _snapshot(info: SnapshotInfo) -> str:
+    """SNAPSHOTSTART: id, reason and key; SNAPSHOTEND: id, state, rows and why it was cancelled."""
+    if info.state is None:
+        return f"snapshot {info.id} ({info.reason}) key ({', '.join(info.key or ()) or 'none'})"
+    return f"snapshot {info.id} {info.state}, {info.rows} rows" + (f" ({info.reason})" if info.reason else "")
 
 
 def _start(text: str) -> int | datetime:
@@ -90,7 +99,8 @@ def tail(app: App, channel: str, start: str | None, lines: int, dbname: str | No
     Reads transfer_data in id order up to the checkpoint only, so every line printed is final. A
     line shows id, tid, the time the change was executed on the source (UTC), db.table, optype and
     the row: NEW{...} for an INSERT, OLD{...} for a DELETE, and for an UPDATE NEW{...} with OLD{...}
-    holding only the columns that changed; DDL rows show their statement. Values longer than 40
+    holding only the columns that changed; DDL rows show their statement; a SNAPSHOT row shows NEW{...},
+    SNAPSHOTSTART the snapshot's id, reason and key, SNAPSHOTEND its state and rows. Values longer than 40
     characters are shortened; --json prints every value in full, one object per line with the keys
     id, tid, dbname, tablename, create_time, instance_name, optype, new, old and ddl.
 
@@ -168,34 +178,46 @@ def spark_load(app: App, channel: str, out: str, master: str, partitions: int, m
 
 @click.command(name="spark-materialise")
 @click.argument("channel")
-@click.option("--increments", required=True, metavar="DIR", help="the --out directory of gate spark-load")
-@click.option("--out", required=True, metavar="DIR", help="where to write one Parquet directory per table")
+@click.option("--out", required=True, metavar="DIR", help="the image directory (created, or brought up to date)")
+@click.option("--increments", metavar="DIR", help="read the history from this --out directory of gate spark-load "
+              "[default: read the channel in the DC]")
 @click.option("--key", "keys", multiple=True, metavar="DB.TABLE=COL[,COL...]",
               help="primary key of a table whose CREATE TABLE is not in the history (repeatable)")
+@click.option("--full", is_flag=True, help="rebuild the image from the whole history instead of applying the rows "
+              "after its watermark")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL")
 @click.pass_obj
-def spark_materialise(app: App, channel: str, increments: str, out: str, keys: tuple[str, ...], master: str) -> None:
-    """Build the current image of every captured table from loaded increments.
+def spark_materialise(app: App, channel: str, out: str, increments: str | None, keys: tuple[str, ...], full: bool,
+                      master: str) -> None:
+    """Build or update the current image of every captured table.
 
-    Applies the change history in DIR (written by 'gate spark-load CHANNEL') in id order, by primary
-    key: inserts, updates (a primary-key change moves the row), deletes, TRUNCATE, DROP TABLE,
-    RENAME and ADD/DROP/CHANGE COLUMN. Writes OUT/DB/TABLE/ as Parquet with one string column per
-    column of the table's latest definition, values in the DC's text form. The primary key comes
-    from the table's CREATE TABLE in the history, else from --key. Prints each table's row count;
-    tables without a known key are listed and skipped.
+    Applies the change history in id order, by primary key: inserts, updates (a primary-key change
+    moves the row), deletes, TRUNCATE, DROP TABLE, RENAME, ADD/DROP/CHANGE COLUMN and snapshots
+    (SNAPSHOTSTART empties the table, SNAPSHOT rows upsert, SNAPSHOTEND marks it complete). An
+    image that exists is updated with the rows after its watermark only; --full rebuilds it. The
+    rows come from the DC (format("gate")), or from DIR written by 'gate spark-load CHANNEL'. Each
+    update writes a new version and then swaps the pointer OUT/_gate_image.json, which names every
+    table's Parquet directory (one string column per column, values in the DC's text form). The
+    primary key comes from the table's CREATE TABLE or snapshot in the history, else from --key.
+    Prints each table's row count; tables without a known key are listed and skipped.
 
     Example:
 
     \b
-        gate spark-materialise shop --increments /data/gate/shop --out /data/gate/shop_now \\
-            --key shop.legacy=id
+        gate spark-materialise shop --out /data/gate/shop_now
+        gate spark-materialise shop --increments /data/gate/shop --out /data/gate/shop_now --key shop.legacy=id
     """
-    from spark_readers.materialise import materialise, parse_keys
+    from spark_readers.materialise import materialise, materialise_channel, parse_keys
     from spark_readers.session import spark_job
 
+    check_identifier(channel, "Channel name")
     with spark_job(master) as spark:
-        result = materialise(spark, increments, out, channel=check_identifier(channel, "Channel name"),
-                             keys=parse_keys(keys))
+        if increments is not None:
+            result = materialise(spark, increments, out, channel=channel, keys=parse_keys(keys), full=full)
+        else:
+            source = ({"config": str(app.config.path.resolve())} if app.config.path else
+                      {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})
+            result = materialise_channel(spark, {"channel": channel, **source}, out, keys=parse_keys(keys), full=full)
     if app.as_json:
         click.echo(json.dumps({"tables": result.tables, "skipped": result.skipped}, indent=2))
         return
@@ -203,4 +225,3 @@ def spark_materialise(app: App, channel: str, increments: str, out: str, keys: t
         click.echo(f"{table}: {count} rows")
     for table, reason in sorted(result.skipped.items()):
         click.echo(f"skipped {table}: {reason}", err=True)
-

@@ -10,6 +10,7 @@ import click
 from gate.admin.status import channel_status
 from gate.capture.pipeline import Pipeline
 from gate.cli.app import App, pairs, table
+from gate.cli.snapshot import status_table
 from gate.common.config import LIMITS, check_identifier
 
 
@@ -83,8 +84,10 @@ def status(app: App, channel: str, sample: float) -> None:
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
     Then retention: retain_days, the highest id removed (purged_through), the oldest kept id, the
     bound a purge would remove up to and what pins it (the checkpoint, a consumer, retain_days), and
-    the registered consumers that are stale. Last, any row the writers cannot write because it is
-    larger than the DC server's max_allowed_packet: its id, size and the setting to raise.
+    the registered consumers that are stale. Then any row the writers cannot write because it is
+    larger than the DC server's max_allowed_packet: its id, size and the setting to raise. Last, the
+    requested and running snapshots, each with its rows written so far against the source's estimate
+    (see 'gate snapshot').
 
     Example:
 
@@ -95,8 +98,10 @@ def status(app: App, channel: str, sample: float) -> None:
     check_identifier(channel, "channel name")
 
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck, stale = result["switches"], result["stuck_rows"], result["stale_consumers"]
-    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale)})
+    switches, stuck, stale, pending = (result["switches"], result["stuck_rows"], result["stale_consumers"],
+                                       result["snapshots"])
+    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
+                  "snapshots": len(pending)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     if stale:
@@ -104,4 +109,6 @@ def status(app: App, channel: str, sample: float) -> None:
         text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
+    if pending:
+        text += "\n\nsnapshots:\n" + status_table(pending)
     app.emit(result, text)

@@ -367,6 +367,40 @@ def lock_holder(conn: pymysql.Connection, channel: str) -> int | None:
     return None if holder is None else int(holder)
 
 
+RUNNER_KEY = "runner"  # gate_meta: who holds the channel's lock, as the gate holding it wrote it
+
+
+@dataclass(frozen=True)
+class Runner:
+    """The gate process running a channel, as it recorded itself on taking the lock: the DC connection
+    holding the lock, the host and pid, and where it serves its metrics (None: it serves none)."""
+
+    connection: int
+    host: str
+    pid: int
+    metrics: str | None = None
+
+
+def record_runner(conn: pymysql.Connection, channel: str, runner: Runner) -> None:
+    """Store ``runner`` in gate_meta; the caller holds the channel's lock on the connection named there."""
+    with conn.cursor() as cur:
+        cur.execute(f"REPLACE INTO {q(channel)}.gate_meta (name, value) VALUES (%s, %s)",
+                    (RUNNER_KEY, json.dumps(asdict(runner))))
+
+
+def running_gate(conn: pymysql.Connection, channel: str) -> tuple[int | None, Runner | None]:
+    """The DC connection holding the channel's lock (None: no gate runs it) and the runner record of
+    that connection, None when the record is another connection's (left by an earlier run)."""
+    holder = lock_holder(conn, channel)
+    if holder is None:
+        return None, None
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s", (RUNNER_KEY,))
+        row = cur.fetchone()
+    runner = Runner(**json.loads(row[0])) if row else None
+    return holder, runner if runner is not None and runner.connection == holder else None
+
+
 def write_start_position(cur: pymysql.cursors.Cursor, channel: str, log_file: str | None, log_pos: int | None,
                          gtid_pos: str | None, instance_name: str) -> None:
     """Where the next ``gate run`` starts reading ``instance_name``'s binlog; the checkpoint's id and tid stay."""

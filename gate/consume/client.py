@@ -28,6 +28,18 @@ of ``gate_consumer``) has committed a cursor past them. A reader whose cursor fa
 kept row (an unnamed one that lagged, or a named one that was dropped) gets CursorExpiredError, never a
 silent skip of the removed rows.
 
+**Snapshots.** A snapshot of a source table arrives as a SNAPSHOTSTART row (``Change.columns`` has the
+table's columns as CREATETABLE gives them; ``Change.snapshot`` its id, reason and key), one SNAPSHOT
+row per source row (``Change.new``, like an INSERT) and a SNAPSHOTEND row (``Change.snapshot`` with
+``rows`` and ``state``), interleaved with the table's changes. Folded in id order into a table image:
+SNAPSHOTSTART forgets every row held for the table; SNAPSHOT upserts its row by the table's primary key
+(the whole row for a table without one), as INSERT and UPDATE do; DELETE removes. At SNAPSHOTEND with
+state ``done`` the image is the source table as of that point; with ``cancelled`` it is incomplete.
+
+The DC connection is gate's own PyMySQL connection for a :class:`ServerConfig`, or one borrowed from
+the pool of a SQLAlchemy engine (or URL) ``mysql+pymysql://user:password@host:port/`` (see
+:mod:`gate.consume.link`); rows and cursors are the same either way.
+
 Privileges: an unnamed consumer needs SELECT on ``transfer_data`` and ``transfer_checkpoint``; a
 named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see README.md, "Reading a channel").
 """
@@ -44,13 +56,15 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from gate.common.config import ServerConfig, check_identifier
-from gate.common.dc import connect, describe_retention, purged_through
+from gate.common.config import check_identifier
+from gate.common.dc import describe_retention, purged_through
 from gate.common.errors import CursorExpiredError, InvalidValue
 from gate.common.retry import UNREACHABLE, error_code
+from gate.consume.link import DCServer, open_link
 
 DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
-OPTYPES = DML_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
+SNAPSHOT_OPTYPES = frozenset({"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"})
+OPTYPES = DML_OPTYPES | SNAPSHOT_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
 
 Image = dict[str, "str | None"]
 T = TypeVar("T")
@@ -65,11 +79,29 @@ class Cursor:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    """The ``SNAPSHOT`` object of a SNAPSHOTSTART or SNAPSHOTEND payload."""
+
+    id: int  # the snapshot's id: its SNAPSHOTSTART and SNAPSHOTEND carry the same
+    reason: str | None = None  # SNAPSHOTSTART: who asked for it; SNAPSHOTEND: why it was cancelled, else None
+    key: tuple[str, ...] | None = None  # SNAPSHOTSTART: the columns it pages on, () when the table has no key
+    rows: int | None = None  # SNAPSHOTEND: how many SNAPSHOT rows it wrote
+    state: str | None = None  # SNAPSHOTEND: done or cancelled
+
+    @classmethod
+    def from_payload(cls, info: dict[str, Any]) -> SnapshotInfo:
+        key = info.get("key")
+        return cls(int(info["id"]), info.get("reason"), None if key is None else tuple(key),
+                   None if info.get("rows") is None else int(info["rows"]), info.get("state"))
+
+
+@dataclass(frozen=True)
 class Change:
     """One ``transfer_data`` row, parsed.
 
     ``new``/``old`` are the row images of INSERT/UPDATE/DELETE as column -> text (None for NULL), in the
-    table's column order; ``ddl`` is the payload of any other optype (``{}`` for TRUNCATE).
+    table's column order, and ``new`` the row of a SNAPSHOT; ``ddl`` is the payload of any other optype
+    (``{}`` for TRUNCATE); ``snapshot`` the parsed ``SNAPSHOT`` object of SNAPSHOTSTART and SNAPSHOTEND.
     """
 
     id: int
@@ -82,6 +114,13 @@ class Change:
     new: Image | None = None
     old: Image | None = None
     ddl: dict[str, Any] | None = None
+    snapshot: SnapshotInfo | None = None
+
+    @property
+    def columns(self) -> list[dict[str, str]] | None:
+        """CREATETABLE and SNAPSHOTSTART: the table's columns in order (field_name, nullable, primary_key,
+        data_type); None for other optypes."""
+        return self.ddl.get("NEW") if self.ddl is not None and self.optype in _WITH_COLUMNS else None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Change:
@@ -90,9 +129,10 @@ class Change:
         payload = json.loads(data) if data else {}
         common = (int(id_), int(tid), dbname, tablename, create_time.replace(tzinfo=timezone.utc), instance_name,
                   optype)
-        if optype in DML_OPTYPES:
+        if optype in DML_OPTYPES or optype == "SNAPSHOT":
             return cls(*common, new=_image(payload.get("NEW")), old=_image(payload.get("OLD")))
-        return cls(*common, ddl=payload)
+        info = payload.get("SNAPSHOT") if optype in SNAPSHOT_OPTYPES else None
+        return cls(*common, ddl=payload, snapshot=None if info is None else SnapshotInfo.from_payload(info))
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict (create_time as ISO 8601 text with ``Z``)."""
@@ -106,6 +146,7 @@ def _image(cells: list[dict[str, str | None]] | None) -> Image | None:
     return None if cells is None else {name: value for cell in cells for name, value in cell.items()}
 
 
+_WITH_COLUMNS = frozenset({"CREATETABLE", "SNAPSHOTSTART"})
 _COLUMNS = "id, tid, dbname, tablename, create_time, instance_name, optype, data"
 
 
@@ -115,10 +156,12 @@ class Consumer:
     ``name`` makes the cursor persistent (table ``gate_consumer``): a new Consumer with the same name
     resumes after the last :meth:`commit`. ``start`` overrides where to begin (default: the stored
     cursor of ``name``, else the beginning). ``dbname``, ``tablename`` and ``optypes`` filter what
-    :meth:`poll` returns; the cursor still advances past the rows they leave out.
+    :meth:`poll` returns; the cursor still advances past the rows they leave out. ``dc`` is the DC
+    server's :class:`ServerConfig`, or a SQLAlchemy engine or URL (``mysql+pymysql://...``) whose pool
+    lends the consumer its connection.
     """
 
-    def __init__(self, dc: ServerConfig, channel: str, name: str | None = None, batch: int = 1000,
+    def __init__(self, dc: DCServer, channel: str, name: str | None = None, batch: int = 1000,
                  dbname: str | None = None, tablename: str | None = None, optypes: Iterable[str] | None = None,
                  start: Cursor | None = None) -> None:
         self.channel = check_identifier(channel, "Channel name")
@@ -141,7 +184,7 @@ class Consumer:
         if self.optypes:
             self._where += f" AND optype IN ({', '.join(['%s'] * len(self.optypes))})"
             self._args.extend(sorted(self.optypes))
-        self._conn = connect(dc, "DC", channel, init_command="SET time_zone = '+00:00'")
+        self._link = open_link(dc, self.channel)
         self._committed = self._stored_cursor()
         self.cursor = start if start is not None else self._committed
 
@@ -152,7 +195,7 @@ class Consumer:
         self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        self._link.close()
 
     def _query(self, sql: str, args: Iterable[Any] = ()) -> tuple[tuple[Any, ...], ...]:
         """Run one statement; a lost connection is reopened once (every statement here is safe to repeat)."""
@@ -164,13 +207,11 @@ class Consumer:
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
             if isinstance(exc, pymysql.err.OperationalError) and error_code(exc) not in UNREACHABLE:
                 raise
-            self._conn.connect()
+            self._link.reopen()
             return work()
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
-        with self._conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall()
+        return self._link.run(sql, args)
 
     def _stored_cursor(self) -> Cursor:
         """The cursor last committed under this consumer's name (the beginning for a new or unnamed one)."""
@@ -186,7 +227,7 @@ class Consumer:
 
     def purged_through(self) -> int:
         """The highest id retention has removed (0: none): rows after it up to the checkpoint are all there."""
-        return self._reopening(lambda: purged_through(self._conn, self.channel))
+        return self._reopening(lambda: purged_through(self._link.connection, self.channel))
 
     def require_kept(self, cursor_id: int) -> None:
         """Raise CursorExpiredError when rows right after ``cursor_id`` have been removed by retention. Called
@@ -194,7 +235,7 @@ class Consumer:
         removal that the read may have met."""
         purged = self.purged_through()
         if cursor_id < purged:
-            retention = self._reopening(lambda: describe_retention(self._conn, self.channel))
+            retention = self._reopening(lambda: describe_retention(self._link.connection, self.channel))
             raise CursorExpiredError(self.channel, cursor_id, purged, retention)
 
     def position(self, after_id: int, checkpoint: Cursor | None = None) -> Cursor:

@@ -236,8 +236,11 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
         poller.start()
         t_run = gate.started_at()
         deadline = time.time() + timeout
-        while not poller.reached.wait(0.2):
+        early: tuple[int, dict[str, float]] | None = None  # (checkpoint id, CPU by role) once 10% is done
+        while not poller.reached.wait(0.05):
             gate.check()
+            if early is None and poller.trace and poller.trace[-1][1] >= rows * 0.1:
+                early = (poller.trace[-1][1], gate.monitor.snapshot_cpu())
             if time.time() > deadline:
                 raise RuntimeError(f"gate did not reach {end} within {timeout} s (at {poller.position}); see {gate.log}")
         t_done = poller.reached_at
@@ -264,6 +267,10 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
     cpu.update({f"mariadbd_{k}": round((cpu1[k] - cpu0[k]) / wall * 100, 1) for k in cpu0})
     per_row = {role: round(s / max(1, final_id) * 1e6, 2) for role, s in cpu_gate.items()}
     per_row.update({f"mariadbd_{k}": round((cpu1[k] - cpu0[k]) / max(1, final_id) * 1e6, 2) for k in cpu0})
+    steady_cpu = None  # CPU µs per row of gate's processes after 10% of the rows: without start-up (imports, spawns)
+    if early is not None and final_id > early[0]:
+        steady_cpu = {role: round((s - early[1].get(role, 0.0)) / (final_id - early[0]) * 1e6, 2)
+                      for role, s in cpu_gate.items()}
     checksum = dc_checksum(box.dc, channel)
     drop_channel(box.dc, channel)
     return {
@@ -272,7 +279,10 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
         "seconds": seconds, "rows_per_s": final_id / seconds, "startup_s": (trace[0][0] - t_run) if trace else None,
         "launch_to_done_s": t_done - gate.launched, "steady_rows_per_s": steady,
         "peak_rss_mb": sample.peak_tree_rss / MB, "peak_main_rss_mb": sample.peak_main_rss / MB,
-        "cpu_percent": cpu, "cpu_us_per_row": per_row, "machine_busy_percent": busy_percent(busy0, busy1),
+        "cpu_percent": cpu, "cpu_us_per_row": per_row, "steady_cpu_us_per_row": steady_cpu,
+        "cpu_us_per_row_gate": round(sum(v for k, v in per_row.items() if not k.startswith("mariadbd_")), 2),
+        "steady_cpu_us_per_row_gate": round(sum(steady_cpu.values()), 2) if steady_cpu else None,
+        "machine_busy_percent": busy_percent(busy0, busy1),
         "exit_code": gate.proc.returncode,
     }
 
@@ -427,6 +437,9 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         "workload": title, "key": key, "rows": changed, "load_rows_per_s": changed / load_s,
         "loadavg_1m_before": load1, "baseline": base, "gate": gate, "gate_runs": runs,
         "ratio": gate["rows_per_s"] / base["rows_per_s"],
+        "cpu_ratio": gate["cpu_us_per_row_gate"] / base["cpu_us_per_row"],
+        "steady_cpu_ratio": (gate["steady_cpu_us_per_row_gate"] / base["cpu_us_per_row"]
+                             if gate["steady_cpu_us_per_row_gate"] else None),
     }
 
 

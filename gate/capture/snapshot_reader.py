@@ -1,0 +1,319 @@
+"""Snapshot readers: processes that read a table's rows from the source in chunks, each chunk exact at a
+binlog position, and render them to SNAPSHOT rows.
+
+A chunk is one short transaction at REPEATABLE READ (forced: under READ COMMITTED MariaDB does not pin
+the snapshot): ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, then MariaDB's ``binlog_snapshot_file``
+and ``binlog_snapshot_position``, the binlog position whose state the read view shows exactly, and
+``BINLOG_GTID_POS`` of it. The reader sends that position to gate's main process and waits for its
+verdict: "go" when the binlog stream can still put the chunk there (it holds its numbering at that
+point until the rows arrive), "stale" when the stream has already numbered a transaction after it (the
+reader then opens a new snapshot). Then one keyset page: ``WHERE key > last AND key <= bound ORDER BY
+key LIMIT n``, the composite comparison spelled out as ``a > ? OR (a = ? AND b > ?)`` (the row
+constructor ``(a, b) > (?, ?)`` makes MariaDB read far more rows), never OFFSET. No lock is taken
+beyond the metadata lock of the SELECT, and nothing is written to the source.
+
+The table's columns are read before the snapshot and after the SELECT: a DDL in between (an instant
+ADD/DROP COLUMN changes what the SELECT of an older read view returns; a rebuilding ALTER or TRUNCATE
+fails it with error 1412) makes the chunk be read again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pymysql
+import pymysql.converters
+
+from gate.capture.values import BinaryFormat, ImageRenderer, text_renderer
+from gate.common.columns import ColumnRule, chain, matching, rule_keys
+from gate.common.config import ServerConfig
+from gate.common.dc import connect, one_row
+from gate.common.process import start_child
+
+LOCK_WAIT = 2  # seconds a chunk's SELECT waits for a metadata lock
+MAX_STALE = 200  # snapshots opened in a row that the stream had already passed before the chunk is given up
+TABLE_DEFINITION_CHANGED, NO_SUCH_TABLE, LOCK_WAIT_TIMEOUT = 1412, 1146, 1205
+Key = list[Any]  # key values as the text protocol gives them: str, or bytes for binary columns
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    nullable: str
+    key: str
+    column_type: str
+    data_type: str
+    fsp: int
+    binary: bool  # values come as bytes: binary strings, GEOMETRY, BIT
+
+    def describe(self) -> dict[str, str]:
+        """The column as a CREATETABLE payload lists it."""
+        return {"field_name": self.name, "nullable": "Yes" if self.nullable == "YES" else "No",
+                "primary_key": "Yes" if self.key == "PRI" else "No", "data_type": self.column_type}
+
+
+@dataclass
+class Task:
+    """Read the next chunk of a table: keys after ``last`` (None: from the start) up to ``bound``
+    (None: the first chunk, which finds the bound in its own read view)."""
+
+    snap_id: int
+    db: str
+    table: str
+    rows: int
+    last: Key | None = None
+    bound: Key | None = None
+    key: list[str] | None = None
+    rules: tuple[ColumnRule, ...] = ()
+
+
+@dataclass
+class Chunk:
+    """What a reader found; ``outcome`` is "rows", "retry" (read it again), "gone" (the table is not there)
+    or "refused" (it cannot be snapshotted: ``reason`` says why and what to do)."""
+
+    outcome: str
+    reason: str = ""
+    data: list[str] = field(default_factory=list)
+    columns: list[dict[str, str]] = field(default_factory=list)
+    key: list[str] = field(default_factory=list)
+    bound: Key | None = None
+    last: Key | None = None
+    done: bool = False  # no keys left after ``last`` up to the bound
+    clock: int = 0  # the source's UNIX_TIMESTAMP() in the chunk's transaction
+    next_rows: int = 0  # the page size that would take the target time
+    seconds: float = 0.0
+
+
+def encode_key(key: Key | None) -> str | None:
+    """Key values as JSON text for gate_snapshot (bytes as {"base64": ...})."""
+    if key is None:
+        return None
+    return json.dumps([{"base64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v for v in key])
+
+
+def decode_key(text: str | None) -> Key | None:
+    if text is None:
+        return None
+    return [base64.b64decode(v["base64"]) if isinstance(v, dict) else v for v in json.loads(text)]
+
+
+def _name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def after(key: list[str], inclusive: bool = False, below: bool = False) -> str:
+    """``key > ?`` for a composite key as an OR expansion (``<=`` with ``below`` and ``inclusive``)."""
+    strict, last = ("<", "<=") if below else (">", ">=")
+    terms = []
+    for n, column in enumerate(key):
+        equal = [f"{_name(c)} = %s" for c in key[:n]]
+        op = last if inclusive and n == len(key) - 1 else strict
+        terms.append("(" + " AND ".join([*equal, f"{_name(column)} {op} %s"]) + ")")
+    return "(" + " OR ".join(terms) + ")"
+
+
+def after_args(values: Key) -> list[Any]:
+    """The parameters of :func:`after` for these key values."""
+    return [v for n in range(len(values)) for v in values[: n + 1]]
+
+
+def read_columns(cur: pymysql.cursors.Cursor, db: str, table: str) -> list[Column]:
+    cur.execute(
+        "SELECT column_name, is_nullable, column_key, column_type, data_type, COALESCE(datetime_precision, 0), "
+        "character_set_name IS NULL AND data_type NOT IN ('int', 'tinyint', 'smallint', 'mediumint', 'bigint', "
+        "'decimal', 'float', 'double', 'date', 'datetime', 'timestamp', 'time', 'year') "
+        "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        (db, table))
+    return [Column(name, nullable, key, ctype, dtype, int(fsp), binary in (1, "1"))
+            for name, nullable, key, ctype, dtype, fsp, binary in cur.fetchall()]
+
+
+def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
+    """The primary key's columns in key order; else those of the narrowest unique key whose columns are
+    all NOT NULL; None when the table has neither."""
+    cur.execute("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema = %s AND "
+                "table_name = %s AND non_unique = 0 ORDER BY index_name = 'PRIMARY' DESC, index_name, seq_in_index",
+                (db, table))
+    indexes: dict[str, list[str]] = {}
+    for index, column in cur.fetchall():
+        indexes.setdefault(index, []).append(column)
+    if "PRIMARY" in indexes:
+        return indexes["PRIMARY"]
+    not_null = {c.name for c in columns if c.nullable == "NO"}
+    usable = [cols for cols in indexes.values() if set(cols) <= not_null]
+    return min(usable, key=len) if usable else None
+
+
+class Reader:
+    """One reader process's connection to the source and what it reads with."""
+
+    def __init__(self, server: ServerConfig, timezone: str, binary_format: BinaryFormat, chunk_seconds: float,
+                 min_rows: int, verdict: Any) -> None:
+        self.server = server
+        self.tz = ZoneInfo(timezone)
+        self.binary_format = binary_format
+        self.chunk_seconds = chunk_seconds
+        self.min_rows = min_rows
+        self.max_rows = max(min_rows, 50_000)
+        self.verdict = verdict  # (gtid position, file, pos) -> True to read the chunk, False when stale
+        self._conn: pymysql.Connection | None = None
+        self._renderers: dict[tuple[Any, ...], ImageRenderer] = {}
+
+    def _cursor(self) -> pymysql.cursors.Cursor:
+        if self._conn is None:
+            # values undecoded: the text the server sends (str), bytes for binary ones; parameters escaped as usual
+            conv = {k: v for k, v in pymysql.converters.encoders.items()}
+            self._conn = connect(self.server, "source", conv=conv)
+            with self._conn.cursor() as cur:
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cur.execute("SET time_zone = '+00:00'")
+                # a SELECT queued behind a DDL's metadata lock fails soon (the chunk is read again) instead of
+                # holding the stream at its slot for as long as the DDL waits
+                cur.execute(f"SET SESSION lock_wait_timeout = {LOCK_WAIT}")
+        return self._conn.cursor()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def read(self, task: Task) -> Chunk:
+        try:
+            return self._read(task)
+        except pymysql.err.Error as exc:
+            code = exc.args[0] if exc.args else 0
+            self.close()
+            if code == NO_SUCH_TABLE:
+                return Chunk("gone", f"{task.db}.{task.table} was dropped or renamed while it was snapshotted")
+            if code == TABLE_DEFINITION_CHANGED:
+                return Chunk("retry", "its definition changed while the chunk was read (error 1412)")
+            if code == LOCK_WAIT_TIMEOUT:
+                return Chunk("retry", f"its metadata lock was not granted within {LOCK_WAIT} s (a DDL holds it or "
+                                      "waits for it)")
+            return Chunk("retry", f"the source failed the chunk: {exc}")
+
+    def _read(self, task: Task) -> Chunk:
+        cur = self._cursor()
+        columns = read_columns(cur, task.db, task.table)
+        if not columns:
+            return Chunk("gone", f"{task.db}.{task.table} does not exist on the source {self.server.address}: it "
+                                 "was dropped or renamed (the snapshot of a renamed table is not carried over: "
+                                 "request one of the new name)")
+        key = task.key or choose_key(cur, task.db, task.table, columns)
+        if key is None:
+            return Chunk("refused", (
+                f"{task.db}.{task.table} has neither a primary key nor a unique key on NOT NULL columns, so gate "
+                "cannot read it in resumable chunks and does not snapshot it. Add one (e.g. ALTER TABLE ... ADD "
+                "PRIMARY KEY (...)) and request the snapshot again; until then its image holds only what streams."))
+        names = [c.name for c in columns]
+        if not set(key) <= set(names):
+            return Chunk("retry", f"its key columns {key} are not all among its columns any more")
+        keys = rule_keys(task.rules)
+        plan, selected = [], []
+        for column in columns:
+            hits = matching(task.rules, task.db, task.table, column.name)
+            if hits and column.name in key:
+                return Chunk("refused", (
+                    f"The column rule {hits[0].describe()} hits {task.db}.{task.table}.{column.name}, a column of the "
+                    "key the snapshot pages on; gate does not snapshot the table. Narrow the rule and request the "
+                    "snapshot again."))
+            if any(rule.kind == "exclude" for rule in hits):
+                continue
+            selected.append(column)
+            plan.append((column.name, text_renderer(column.data_type, column.fsp, column.binary, self.tz,
+                                                    self.binary_format, chain(hits, keys))))
+        stale = 0
+        while True:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute("SHOW SESSION STATUS WHERE variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')")
+            status = {name.lower(): value for name, value in cur.fetchall()}
+            if "binlog_snapshot_file" not in status:
+                cur.execute("COMMIT")
+                return Chunk("refused", (
+                    f"The source {self.server.address} has no binlog_snapshot_file status variable (MariaDB and Percona "
+                    "Server have it, MySQL does not), so gate cannot tell at which binlog position a consistent read "
+                    "was taken; it does not snapshot tables of this source. Load the table's rows another way."))
+            log_file, log_pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s), UNIX_TIMESTAMP()", (log_file, log_pos))
+            gtid_pos, clock = one_row(cur)
+            if self.verdict(gtid_pos, log_file, log_pos):
+                break
+            cur.execute("COMMIT")
+            stale += 1
+            if stale >= MAX_STALE:
+                return Chunk("retry", f"the binlog stream passed {stale} read views in a row before they were placed")
+        started = time.monotonic()
+        try:
+            bound = task.bound
+            order = ", ".join(_name(c) for c in key)
+            if bound is None:
+                cur.execute(f"SELECT {order} FROM {_name(task.db)}.{_name(task.table)} ORDER BY "
+                            + ", ".join(f"{_name(c)} DESC" for c in key) + " LIMIT 1")
+                top = cur.fetchone()
+                bound = list(top) if top else None
+            data: list[str] = []
+            last = task.last
+            if bound is not None:
+                where = [after(key, inclusive=True, below=True)]
+                args = after_args(bound)
+                if last is not None:
+                    where.insert(0, after(key))
+                    args = after_args(last) + args
+                positions = [names.index(c) for c in key]
+                cur.execute(f"SELECT {', '.join(_name(c) for c in names)} FROM {_name(task.db)}.{_name(task.table)} "
+                            f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT {int(task.rows)}", args)
+                rows = cur.fetchall()
+                if [d[0] for d in cur.description] != names:
+                    return Chunk("retry", "the SELECT returned other columns than the table had when it was opened")
+                image = self._image(plan)
+                selected_at = [names.index(c.name) for c in selected]
+                data = ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
+                if rows:
+                    last = [rows[-1][i] for i in positions]
+            cur.execute("COMMIT")
+        except BaseException:
+            self.close()
+            raise
+        if read_columns(cur, task.db, task.table) != columns:
+            return Chunk("retry", "its columns changed while the chunk was read")
+        seconds = time.monotonic() - started
+        done = bound is None or len(data) < task.rows or last == bound
+        target = task.rows * self.chunk_seconds / max(seconds, 1e-3)
+        next_rows = int(min(self.max_rows, max(self.min_rows, task.rows / 2, min(target, task.rows * 2))))
+        return Chunk("rows", data=data, columns=[c.describe() for c in selected], key=key, bound=bound, last=last,
+                     done=done, clock=int(clock), next_rows=next_rows, seconds=seconds)
+
+    def _image(self, plan: list[tuple[str, Any]]) -> ImageRenderer:
+        marker = tuple(name for name, _ in plan)
+        image = self._renderers.get(marker)
+        if image is None or len(self._renderers) > 256:
+            self._renderers.clear()
+            image = self._renderers[marker] = ImageRenderer.of_text(plan)
+        return image
+
+
+def reader_main(server: ServerConfig, timezone: str, binary_format: BinaryFormat, chunk_seconds: float,
+                min_rows: int, number: int, inbox: Any, outbox: Any) -> None:
+    """A reader process: tasks and verdicts come on its own ``inbox``; its position reports ("at", number,
+    gtid, file, pos) and results ("chunk", number, Chunk) go to the shared ``outbox``."""
+    start_child("gate-snapshot")
+
+    def verdict(gtid_pos: str | None, log_file: str, log_pos: int) -> bool:
+        outbox.put(("at", number, gtid_pos, log_file, log_pos))
+        answer = inbox.get()
+        return bool(answer)
+
+    reader = Reader(server, timezone, binary_format, chunk_seconds, min_rows, verdict)
+    while (task := inbox.get()) is not None:
+        try:
+            outbox.put(("chunk", number, reader.read(task)))
+        except Exception as exc:  # reported; the main process retries the table later
+            reader.close()
+            outbox.put(("chunk", number, Chunk("retry", f"{type(exc).__name__}: {exc}")))
+    reader.close()

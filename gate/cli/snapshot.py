@@ -1,0 +1,127 @@
+"""``gate snapshot``: request, watch and cancel snapshots of a channel's source tables."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from gate.admin import snapshot as snapshots
+from gate.cli.app import App, pass_app, table
+from gate.common.config import check_identifier
+from gate.common.errors import InvalidValue
+
+REFRESH_SECONDS = 0.5  # how often a terminal's progress bars read gate_snapshot again
+
+
+def describe_request(result: snapshots.SnapshotRequest, nothing: str = "no snapshot requested") -> str:
+    """What a request did, and who takes it up, as lines for a person."""
+    lines = [f"requested a snapshot of {r['table']} (id {r['id']})" for r in result.requested]
+    lines += [f"{r['table']} already has a snapshot {r['state']} (id {r['id']}): not requested again"
+              for r in result.pending]
+    if not result.requested:
+        return "\n".join(lines + ["no snapshot requested" if result.pending else nothing])
+    if result.running_gate is not None:
+        lines.append(f"The gate running channel {result.channel} (DC connection {result.running_gate}) takes "
+                     "them up within a few seconds; 'gate snapshot "
+                     f"{result.channel} --status' shows their progress.")
+    else:
+        lines.append(f"No gate runs channel {result.channel} now: 'gate run {result.channel}' takes them up when "
+                     "it starts.")
+    return "\n".join(lines)
+
+
+def _rows_cell(row: dict[str, Any]) -> str:
+    estimate = row["rows_estimate"]
+    return f"{row['rows_done']}/{'?' if estimate is None else estimate}"
+
+
+def status_table(rows: list[dict[str, Any]]) -> str:
+    cells = [{**row, "state": row["state"] + (", cancel asked" if row["cancel_asked"] else ""),
+              "rows": _rows_cell(row), "chunks": row["chunks_done"], "started": row["started_at"],
+              "finished": row["finished_at"]} for row in rows]
+    return table(cells, ["id", "table", "state", "reason", "rows", "chunks", "started", "finished", "message"])
+
+
+def _watch(app: App, channel: str, patterns: tuple[str, ...]) -> dict[str, Any]:
+    """Progress bars of the requested and running snapshots until none is left (or Ctrl-C); the last reading."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bars: dict[int, Any] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
+                  TimeElapsedColumn()) as shown:
+        for data in snapshots.watch(app.dc, channel, patterns, REFRESH_SECONDS):
+            for row in data["snapshots"]:
+                active = row["state"] in snapshots.ACTIVE
+                if active or row["id"] in bars:
+                    total = row["rows_estimate"] if active else row["rows_done"]
+                    if row["id"] not in bars:
+                        bars[row["id"]] = shown.add_task("", total=total, start=row["state"] == "running")
+                    elif row["state"] == "running":
+                        shown.start_task(bars[row["id"]])
+                    shown.update(bars[row["id"]], total=total, completed=row["rows_done"],
+                                 description=f"{row['id']} {row['table']} {row['state']}")
+    return data
+
+
+@click.command()
+@click.argument("channel")
+@click.option("--table", "patterns", multiple=True, metavar="PATTERN",
+              help="only the captured tables matching this db.table pattern (repeatable) [default: all]")
+@click.option("--status", "show", is_flag=True, help="show each table's latest snapshot and its progress")
+@click.option("--cancel", is_flag=True, help="cancel the requested and running snapshots (of --table's tables)")
+@pass_app
+def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, cancel: bool) -> None:
+    """Request, watch or cancel snapshots: the current rows of CHANNEL's captured tables.
+
+    Without an option: requests a snapshot of every table the channel captures on its source (base
+    tables of its information_schema that its allow and deny lists pass), or of those a --table pattern
+    (db.table, wildcards * and ?) matches; a pattern matching no captured table is refused, naming the
+    captured tables, and nothing is requested. A table whose snapshot is already requested or running
+    is reported and not requested again. A running 'gate run' takes requests up within a few seconds,
+    else the next one when it starts; it writes a SNAPSHOTSTART row, one SNAPSHOT row per source row
+    and a SNAPSHOTEND row per table into transfer_data, between the changes it captures.
+
+    --status shows each table's latest snapshot: id, state, reason, rows written at or below the
+    checkpoint against the source's row estimate, chunks, start, end (UTC) and message. On a terminal
+    it draws a progress bar per requested or running snapshot until they end (Ctrl-C stops watching,
+    not the snapshots).
+
+    --cancel ends requested snapshots at once (state cancelled, "cancelled before it started") and asks
+    the running gate to end running ones: it writes SNAPSHOTEND with state cancelled, after which that
+    table's rows in transfer_data are incomplete.
+
+    Example:
+
+    \b
+        gate snapshot shop --table 'shop.orders' --table 'shop.order_*'
+        gate snapshot shop --status
+        gate --json snapshot shop --status
+        gate snapshot shop --cancel --table 'shop.orders'
+    """
+    check_identifier(channel, "channel name")
+    if show and cancel:
+        raise InvalidValue("Give --status or --cancel, not both.")
+    if cancel:
+        done = snapshots.cancel(app.dc, channel, patterns)
+        lines = [f"cancelled the snapshot of {r['table']} (id {r['id']}) before it started" for r in done.cancelled]
+        lines += [f"asked gate to cancel the running snapshot of {r['table']} (id {r['id']})" for r in done.asked]
+        if done.asked and done.running_gate is None:
+            lines.append(f"No gate runs channel {channel} now: the next 'gate run {channel}' ends them as cancelled.")
+        app.emit(done.as_dict(), "\n".join(lines or [f"nothing to cancel: no snapshot of channel {channel} is "
+                                                     "requested or running" + (" for those tables" if patterns else "")]))
+    elif show:
+        if app.as_json or not sys.stdout.isatty():
+            data = snapshots.progress(app.dc, channel, patterns)
+        else:
+            try:
+                data = _watch(app, channel, patterns)
+            except KeyboardInterrupt:
+                click.echo("stopped watching; the snapshots go on", err=True)
+                return
+        app.emit(data, status_table(data["snapshots"]) if data["snapshots"] else
+                 f"channel {channel} has no snapshots")
+    else:
+        result = snapshots.request(app.dc, channel, patterns)
+        app.emit(result.as_dict(), describe_request(result))

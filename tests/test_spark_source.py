@@ -1,0 +1,346 @@
+"""spark_readers.source (format("gate")) on a real DC and Spark local[2]: the rows equal the JDBC reader's,
+micro-batches end at transaction boundaries, consumers are registered, expired cursors refused; a
+standalone cluster reads through the shipped package; a streaming query killed -9 loses and doubles no
+row. One SparkSession serves the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from gate.common.config import ServerConfig
+from gate.common.dc import connect
+from gate.common.errors import CursorExpiredError
+from gate.devtools.sandbox import Sandbox, free_port
+from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
+from spark_readers.image import POINTER, read_image
+from spark_readers.incremental import read_increment
+from spark_readers.materialise import ImageUpdater, materialise_channel
+from spark_readers.package import build_zip
+from spark_readers.session import ChannelSource, spark_session
+from spark_readers.source import transaction_end
+from tests.replay import make_channel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    dc: ServerConfig
+    channel: str
+    history: RandomHistory
+
+
+@pytest.fixture(scope="module")
+def synthetic(sandbox: Sandbox) -> Synthetic:
+    """A channel holding random contract rows of every optype (snapshots included), written directly."""
+    name = "spark_source_random"
+    dc = make_channel(sandbox.dc, sandbox.source, name)
+    conn = connect(dc, "DC", name)
+    history = RandomHistory(SyntheticChannel(conn, name), "shop", seed=5)
+    history.run(300)
+    return Synthetic(dc, name, history)
+
+
+def options(data: Synthetic, **more: object) -> dict[str, str]:
+    return {"channel": data.channel, "host": data.dc.host, "port": str(data.dc.port), "user": data.dc.user,
+            **{k: str(v) for k, v in more.items()}}
+
+
+def test_batch_rows_equal_the_jdbc_readers(spark: SparkSession, synthetic: Synthetic) -> None:
+    end = synthetic.history.channel.id
+    frame = spark.read.format("gate").options(**options(synthetic, partitions=3)).load()
+    jdbc = read_increment(spark, ChannelSource(synthetic.dc, synthetic.channel), 0, end)
+    got = frame.orderBy("id").collect()
+    assert [r.id for r in got] == list(range(1, end + 1))
+    assert got == jdbc.orderBy("id").collect()
+    assert {r.optype for r in got} >= {"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND", "RENAME", "TRUNCATE"}
+
+
+@pytest.mark.parametrize(("start", "want", "expected"), [
+    (0, 2, 2),    # 2 ends transaction 1
+    (0, 3, 2),    # 3 is inside transaction 2 (3..6): back to the end of 1
+    (2, 4, 6),    # transaction 2 is longer than the limit: all of it
+    (2, 7, 7),
+    (6, 9, 9),    # 9 ends the last transaction before the checkpoint ... and the limit
+    (7, 8, 9),    # 8..9 is one transaction
+    (9, 100, 10),  # the checkpoint
+])
+def test_transaction_end(start: int, want: int, expected: int) -> None:
+    tids = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 3, 8: 4, 9: 4, 10: 5}
+    looked: list[int] = []
+
+    def tid_of(id_: int) -> int:
+        looked.append(id_)
+        return tids[id_]
+
+    assert transaction_end(start, want, 10, tid_of) == expected
+    assert len(looked) <= 8
+
+
+Tables = dict[str, tuple[list[str], list[tuple[Any, ...]]]]
+
+
+def image_tables(spark: SparkSession, out: Path) -> Tables:
+    return {name: (frame.columns, sorted((tuple(row) for row in frame.collect()), key=repr))
+            for name, frame in read_image(spark, str(out)).items()}
+
+
+def model_tables(model: ImageModel) -> Tables:
+    return {name: (table.columns, sorted((tuple(row[c] for c in table.columns) for row in table.rows.values()), key=repr))
+            for name, table in model.tables.items()}
+
+
+def test_incremental_images_equal_a_full_rebuild(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                 tmp_path: Path) -> None:
+    """Three incremental updates of one image equal one rebuild from the whole history and the images a
+    consumer applying the rows holds: key changes, ADD/DROP COLUMN, TRUNCATE, RENAME, DROP and CREATE
+    again, snapshots done and cancelled (each after a row the snapshot must make the image forget)."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    history = RandomHistory(SyntheticChannel(connect(dc, "DC", unique_name), unique_name), "shop", seed=7,
+                            ddl_rate=0.04, snapshot_rate=0.02)
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    for _ in range(3):
+        history.run(60)
+        materialise_channel(spark, source, str(tmp_path / "inc"))
+        pointer = json.loads((tmp_path / "inc" / POINTER).read_text())
+        assert pointer["watermark"] == {"id": history.channel.id, "tid": history.channel.tid}
+        assert image_tables(spark, tmp_path / "inc") == model_tables(history.model)
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT optype, COUNT(*) FROM transfer_data GROUP BY optype")
+        optypes = dict(cur.fetchall())
+        cur.execute("SELECT COUNT(*) FROM transfer_data WHERE optype = 'UPDATE' AND "
+                    "JSON_VALUE(data, '$.NEW[0].id') <> JSON_VALUE(data, '$.OLD[0].id')")
+        assert cur.fetchone()[0] > 0  # key changes
+    assert set(optypes) == {"CREATETABLE", "INSERT", "UPDATE", "DELETE", "ALTERTABLE", "TRUNCATE", "RENAME",
+                            "DROPTABLE", "SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"}
+    result = materialise_channel(spark, source, str(tmp_path / "full"))
+    assert image_tables(spark, tmp_path / "full") == image_tables(spark, tmp_path / "inc")
+    assert result.tables == {name: len(rows) for name, (_, rows) in model_tables(history.model).items()}
+    versions = {p.name for p in (tmp_path / "inc").iterdir() if p.name.startswith("v-")}
+    assert 1 <= len(versions) <= 2  # versions no pointer uses are gone
+
+
+def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthetic: Synthetic, tmp_path: Path) -> None:
+    """ImageUpdater applies each micro-batch; the image equals the model; a replayed batch changes nothing."""
+    out = str(tmp_path / "image")
+    updater = ImageUpdater(out, synthetic.channel)
+    query = (spark.readStream.format("gate").options(**options(synthetic, maxRowsPerTrigger=1000)).load()
+             .writeStream.foreachBatch(updater).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert pointer["watermark"]["id"] == synthetic.history.channel.id
+    assert image_tables(spark, tmp_path / "image") == model_tables(synthetic.history.model)
+    first = spark.read.format("gate").options(**options(synthetic, endingId=600)).load()
+    updater(first, 0)  # Spark replays a batch after a crash: the image is past it
+    assert json.loads((tmp_path / "image" / POINTER).read_text()) == pointer
+    statuses = {t["snapshot"]["state"] for t in pointer["tables"].values() if t["snapshot"]}
+    assert statuses and statuses <= {"done", "cancelled"}  # every snapshot of the history ended
+
+
+def small_channel(sandbox: Sandbox, name: str, transactions: int, seed: int = 1) -> tuple[ServerConfig, SyntheticChannel]:
+    """A channel of ``transactions`` INSERT transactions of 1 to 9 rows each."""
+    dc = make_channel(sandbox.dc, sandbox.source, name)
+    channel = SyntheticChannel(connect(dc, "DC", name), name)
+    channel.write(inserts(transactions, seed))
+    return dc, channel
+
+
+def inserts(transactions: int, seed: int, first: int = 1) -> list[list[tuple[str, str, str, dict[str, Any]]]]:
+    rng = random.Random(seed)
+    out, key = [], first
+    for _ in range(transactions):
+        size = rng.randint(1, 9)
+        out.append([("shop", "t", "INSERT", {"NEW": [{"id": str(k)}, {"v": "x"}]}) for k in range(key, key + size)])
+        key += size
+    return out
+
+
+def login(dc: ServerConfig, channel: str, **more: object) -> dict[str, str]:
+    return {"channel": channel, "host": dc.host, "port": str(dc.port), "user": dc.user,
+            **{k: str(v) for k, v in more.items()}}
+
+
+def test_micro_batches_end_at_transactions_and_register_the_consumer(spark: SparkSession, sandbox: Sandbox,
+                                                                      unique_name: str, tmp_path: Path) -> None:
+    dc, channel = small_channel(sandbox, unique_name, 30)
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, tid FROM transfer_data ORDER BY id")
+        tids = dict(cur.fetchall())
+    batches: list[list[tuple[int, int]]] = []
+    query = (spark.readStream.format("gate").options(**login(dc, unique_name, maxRowsPerTrigger=25, partitions=2,
+                                                             consumer="spark:test")).load()
+             .writeStream.foreachBatch(lambda frame, _: batches.append(
+                 sorted((r.id, r.tid) for r in frame.select("id", "tid").collect())))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert [row for batch in batches for row in batch] == sorted(tids.items())
+    assert len(batches) >= channel.id // 25
+    for batch in batches:
+        last = batch[-1][0]
+        assert last == channel.id or tids[last + 1] != tids[last]  # no transaction is split
+        assert len(batch) <= 25 or len({tid for _, tid in batch}) == 1
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, tid FROM gate_consumer WHERE name = 'spark:test'")
+        registered = cur.fetchone()
+    ends = [0] + [batch[-1][0] for batch in batches]
+    assert registered[0] in ends[-2:] and registered[1] == tids.get(registered[0], 0)  # Spark commits a batch late
+
+
+def test_an_expired_cursor_below_purged_through_is_refused(spark: SparkSession, sandbox: Sandbox,
+                                                           unique_name: str) -> None:
+    dc, channel = small_channel(sandbox, unique_name, 10)
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', '12')")
+        cur.execute("DELETE FROM transfer_data WHERE id <= 12")
+    assert [r.id for r in spark.read.format("gate").options(**login(dc, unique_name)).load().collect()] == list(
+        range(13, channel.id + 1))  # by default from the oldest kept row
+    with pytest.raises(Exception, match=re.escape(
+            f"CursorExpiredError: Channel '{unique_name}' no longer holds the rows after cursor id 4: retention has "
+            "removed every row up to id 12, so the oldest kept row is 13 (the channel's retention is off now "
+            "(retain_days 0)), and rows 5 to 12 cannot be read again. Restart from the oldest kept row (option "
+            "startingId=13, or a new checkpointLocation) or rebuild from a new snapshot of the source tables")):
+        spark.read.format("gate").options(**login(dc, unique_name, startingId=5)).load().collect()
+    with pytest.raises(Exception, match="takes no password option"):
+        spark.read.format("gate").options(**login(dc, unique_name, password="secret")).load().collect()
+    with pytest.raises(CursorExpiredError):
+        from spark_readers.source import Channel, settings
+
+        with Channel(settings(login(dc, unique_name)).login) as reader:
+            reader.start(3)
+
+
+def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, unique_name: str, tmp_path: Path,
+                                                         spark: SparkSession) -> None:
+    """readStream.format("gate") -> Parquet with a checkpointLocation, killed -9 at random moments and
+    restarted, new rows arriving meanwhile: every id is in the Parquet exactly once."""
+    dc, channel = small_channel(sandbox, unique_name, 400, seed=3)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    options = json.dumps(login(dc, unique_name, maxRowsPerTrigger=150, partitions=2))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    rng = random.Random(unique_name)
+    kills = 0
+    while kills < 2:
+        child = subprocess.Popen([sys.executable, "-m", "tests.spark_job", "stream", options, str(out),
+                                  str(checkpoint)], cwd=ROOT, env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not (checkpoint / "commits").is_dir() or not any((checkpoint / "commits").iterdir()):
+                assert child.poll() is None and time.monotonic() < deadline, "the query did not start"
+                time.sleep(0.1)
+            time.sleep(rng.uniform(0.0, 2.0))
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        kills += 1
+        channel.write(inserts(50, kills, first=channel.id + 1))  # more rows while it is down
+    finish = subprocess.run([sys.executable, "-m", "tests.spark_job", "stream", options, str(out), str(checkpoint),
+                             "all"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert finish.returncode == 0, finish.stderr[-3000:]
+    ids = [r.id for r in spark.read.parquet(str(out)).select("id").collect()]
+    assert sorted(ids) == list(range(1, channel.id + 1))
+
+
+def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, unique_name: str,
+                                                             tmp_path: Path) -> None:
+    """A Spark master and a worker (pyspark's spark-class), the package shipped as a zip: a batch read
+    through the cluster gives every row, and the executors imported gate's code from the zip."""
+    dc, channel = small_channel(sandbox, unique_name, 30)
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    master_port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=sys.executable)
+    logs = tmp_path / "cluster.log"
+    daemons = []
+    try:
+        with logs.open("wb") as log:
+            daemons.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                 str(master_port), "--webui-port", str(free_port())], env=env, stdout=log, stderr=log,
+                start_new_session=True))
+            daemons.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{master_port}",
+                 "--host", "127.0.0.1", "--cores", "2", "--memory", "768m", "--webui-port", str(free_port()),
+                 "--work-dir", str(tmp_path / "work")], env=env, stdout=log, stderr=log, start_new_session=True))
+        shipped = build_zip(tmp_path / "gate-spark.zip")
+        job = subprocess.run([sys.executable, "-m", "tests.spark_job", "cluster", json.dumps(login(dc, unique_name)),
+                              f"spark://127.0.0.1:{master_port}", str(shipped)],
+                             cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                             timeout=180)
+        assert job.returncode == 0, job.stderr[-3000:] + logs.read_text()[-2000:]
+        result = json.loads(job.stdout.strip().splitlines()[-1])
+    finally:
+        for daemon in daemons:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+    assert result["ids"] == list(range(1, channel.id + 1)) and result["optypes"] == ["INSERT"]
+    assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]
+
+
+def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                           tmp_path: Path) -> None:
+    """SNAPSHOTSTART with key []: the whole row is the identity; SNAPSHOTEND(done) marks the table complete,
+    a running snapshot leaves it incomplete; an update applies the rows after the watermark."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    model = ImageModel()
+    columns = [{"field_name": c, "nullable": "Yes", "primary_key": "No", "data_type": "text"} for c in ("a", "b")]
+
+    def row(a: str, b: str | None) -> list[dict[str, str | None]]:
+        return [{"a": a}, {"b": b}]
+
+    def write(*changes: tuple[str, dict[str, Any]]) -> None:
+        rows = [("shop", "nokey", optype, data) for optype, data in changes]
+        for change in rows:
+            model.apply(*change)
+        channel.write([rows])
+
+    channel.write([[("shop", "nokey", "INSERT", {"NEW": row("ghost", "x")})]])  # the snapshot must drop it
+    write(("SNAPSHOTSTART", {"NEW": columns, "SNAPSHOT": {"id": 9, "reason": "test", "key": []}}))
+    write(("SNAPSHOT", {"NEW": row("1", "x")}), ("SNAPSHOT", {"NEW": row("2", None)}))
+    out = str(tmp_path / "image")
+    source = login(dc, unique_name)
+    materialise_channel(spark, source, out)
+    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert pointer["tables"]["shop.nokey"] | {"path": ""} == {
+        "path": "", "columns": ["a", "b"], "key": [], "rows": 2, "complete": False,
+        "snapshot": {"id": 9, "state": "running"}}
+    write(("SNAPSHOT", {"NEW": row("3", "z")}))
+    write(("SNAPSHOTEND", {"SNAPSHOT": {"id": 9, "rows": 3, "state": "done"}}))
+    write(("UPDATE", {"NEW": row("2", "y"), "OLD": row("2", None)}), ("DELETE", {"OLD": row("3", "z")}),
+          ("INSERT", {"NEW": row("1", "x")}))  # the same row twice: one identity, one image row
+    materialise_channel(spark, source, out)
+    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert pointer["tables"]["shop.nokey"]["complete"] is True
+    assert pointer["tables"]["shop.nokey"]["snapshot"] == {"id": 9, "state": "done"}
+    assert image_tables(spark, tmp_path / "image") == model_tables(model) == {
+        "shop.nokey": (["a", "b"], [("1", "x"), ("2", "y")])}
+    before = pointer["tables"]["shop.nokey"]["path"]
+    materialise_channel(spark, source, out, full=True)  # a rebuild at the same watermark: a directory of its own
+    rebuilt = json.loads((tmp_path / "image" / POINTER).read_text())
+    assert rebuilt["tables"]["shop.nokey"]["path"] == before.replace("/", ".1/", 1)
+    assert rebuilt["previous"] == [before] and (tmp_path / "image" / before).is_dir()
+    assert image_tables(spark, tmp_path / "image") == model_tables(model)
