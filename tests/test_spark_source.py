@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from gate.common.config import ServerConfig
 from gate.common.dc import connect
-from gate.common.errors import CursorExpiredError
+from gate.common.errors import CursorExpiredError, RowsMissing
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
 from spark_readers.image import POINTER, read_image
@@ -230,6 +230,31 @@ def test_an_expired_cursor_below_purged_through_is_refused(spark: SparkSession, 
 
         with Channel(settings(login(dc, unique_name)).login) as reader:
             reader.start(3)
+
+
+def test_a_range_read_meeting_removed_rows_is_expired_and_another_gap_is_an_error(sandbox: Sandbox,
+                                                                                  unique_name: str) -> None:
+    """What an executor's range scan raises when rows are gone: retention's removal (purged_through covers
+    them) is CursorExpiredError; a gap retention did not make is RowsMissing, never fewer rows."""
+    from spark_readers.source import read_range, settings
+
+    dc, channel = small_channel(sandbox, unique_name, 10)
+    reader = settings(login(dc, unique_name)).login
+    assert [r for batch in read_range(reader, 0, channel.id) for r in batch.column("id").to_pylist()] == list(
+        range(1, channel.id + 1))
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM transfer_data WHERE id IN (7, 8)")
+    with pytest.raises(RowsMissing, match=re.escape(
+            f"Channel '{unique_name}': rows 1 to {channel.id} are not all there ({channel.id - 2} of {channel.id}), "
+            "yet retention has removed none of them")):
+        list(read_range(reader, 0, channel.id))
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', '8')")
+        cur.execute("DELETE FROM transfer_data WHERE id <= 8")
+    with pytest.raises(CursorExpiredError) as expired:
+        list(read_range(reader, 2, channel.id))
+    assert (expired.value.cursor_id, expired.value.purged_through) == (2, 8)
+    assert "(option startingId=9, or a new checkpointLocation)" in str(expired.value)
 
 
 def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, unique_name: str, tmp_path: Path,
