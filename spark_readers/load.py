@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 from gate.common.config import load_config
-from gate.common.errors import GateError, LoadError
+from gate.common.errors import CursorExpiredError, GateError, LoadError
 from gate.consume.client import Consumer, Cursor
 from spark_readers.incremental import parse, read_increment
 from spark_readers.session import ChannelSource, spark_job
@@ -184,18 +184,31 @@ def _repair(out: OutputDir, dc: Consumer, cursor: Cursor, channel: str) -> Curso
     return cursor
 
 
+def _register(dc: Consumer, cursor: Cursor) -> None:
+    """Store the load's cursor under its consumer name, if it has one, so that retention waits for it."""
+    if dc.name is not None:
+        dc.cursor = cursor
+        dc.commit()
+
+
 def load(spark: SparkSession, source: ChannelSource, out_path: str, partitions: int = 4,
-         max_rows: int | None = None, after_write: Callable[[Increment], None] | None = None) -> list[Increment]:
+         max_rows: int | None = None, after_write: Callable[[Increment], None] | None = None,
+         consumer: str | None = None) -> list[Increment]:
     """Append every row after the stored cursor up to the checkpoint; returns the increments written.
 
     ``max_rows`` splits the work into increments of at most that many rows. ``after_write`` is called
     between an increment's commit and the cursor's save (tests use it to simulate a crash there).
+    ``consumer`` registers the cursor in the channel's gate_consumer under that name (at the start and
+    after each increment), so that retention never removes rows the load has not read. Rows the cursor
+    needs that retention has removed raise CursorExpiredError (an increment that met a removal while it
+    was written is deleted first).
     """
     out = OutputDir(spark, out_path)
     written: list[Increment] = []
     cursor = read_cursor(out, source.channel)
-    with Consumer(source.dc, source.channel) as dc:
+    with Consumer(source.dc, source.channel, name=consumer) as dc:
         cursor = _repair(out, dc, cursor, source.channel)
+        _register(dc, cursor)
         while True:
             checkpoint = dc.checkpoint()
             if checkpoint.id < cursor.id:
@@ -206,13 +219,20 @@ def load(spark: SparkSession, source: ChannelSource, out_path: str, partitions: 
             if end <= cursor.id:
                 return written
             increment = Increment(cursor.id + 1, end, dc.position(end, checkpoint).tid)
+            dc.require_kept(cursor.id)
             frame = read_increment(spark, source, cursor.id, end, partitions)
             (frame.withColumn("date", F.to_date("create_time"))
              .write.partitionBy(*PARTITIONS).parquet(out.child(increment.name).toString()))
+            try:
+                dc.require_kept(cursor.id)
+            except CursorExpiredError:
+                out.delete(increment.name)
+                raise
             if after_write is not None:
                 after_write(increment)
             cursor = Cursor(increment.last, increment.last_tid)
             out.write_json(CURSOR_FILE, {"channel": source.channel, "id": cursor.id, "tid": cursor.tid})
+            _register(dc, cursor)
             log.info("wrote %s of channel %s", increment.name, source.channel)
             written.append(increment)
 
@@ -250,12 +270,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads [default: 4]")
     parser.add_argument("--max-rows", type=int, help="rows per increment at most")
     parser.add_argument("--jdbc-url", help="JDBC URL executors use [default: jdbc:mysql://DC/CHANNEL]")
+    parser.add_argument("--consumer", help="register the cursor in gate_consumer under this name (retention waits)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     source = ChannelSource(load_config(args.config).dc, args.channel, args.jdbc_url)
     try:
         with spark_job(args.master) as spark:
-            for increment in load(spark, source, args.out, args.partitions, args.max_rows):
+            for increment in load(spark, source, args.out, args.partitions, args.max_rows, consumer=args.consumer):
                 print(f"wrote {increment.name} (tid {increment.last_tid})")
     except GateError as exc:
         sys.exit(f"error: {exc}")

@@ -33,7 +33,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from gate.common.config import check_identifier, load_config
-from gate.common.errors import ConfigError, CursorExpiredError, InvalidValue
+from gate.common.dc import describe_retention, purged_through
+from gate.common.errors import ConfigError, CursorExpiredError, InvalidValue, RowsMissing
 from spark_readers.rows import ROW_SCHEMA, to_batch
 
 NAME = "gate"
@@ -139,20 +140,9 @@ class Channel:
         rows = self._rows("SELECT tid FROM transfer_data WHERE id = %s", id_)
         return int(rows[0][0]) if rows else 0
 
-    def purged_through(self) -> int:
-        """The highest id retention may have removed (``gate_meta`` purged_through; 0: nothing removed)."""
-        rows = self._rows("SELECT value FROM gate_meta WHERE name = 'purged_through'")
-        return int(rows[0][0]) if rows else 0
-
     def check_cursor(self, after: int) -> None:
-        """Refuse to read the rows after ``after`` if retention may have removed some of them."""
-        purged = self.purged_through()
-        if after < purged:
-            raise CursorExpiredError(
-                f"Channel '{self.login.channel}': reading after row {after} needs rows that the channel's retention "
-                f"has removed; the oldest kept row is {purged + 1}. Start from it (option startingId={purged + 1}, "
-                "or a new checkpointLocation), rebuild table images from a new snapshot, and give the query a "
-                "consumer name (option consumer) so that retention waits for it from now on.")
+        """Refuse to read the rows after ``after`` if retention has removed some of them."""
+        require_kept(self._conn, self.login.channel, after)
 
     def register(self, consumer: str, id_: int) -> None:
         """Store ``id_`` as the cursor of ``consumer`` in gate_consumer (retention keeps the rows after it)."""
@@ -161,9 +151,17 @@ class Channel:
 
     def start(self, starting_id: int | None) -> int:
         """The offset before the first row to read: ``starting_id - 1``, by default the last removed row."""
-        after = self.purged_through() if starting_id is None else starting_id - 1
+        after = purged_through(self._conn, self.login.channel) if starting_id is None else starting_id - 1
         self.check_cursor(after)
         return after
+
+
+def require_kept(conn: pymysql.Connection, channel: str, after: int) -> None:
+    """Raise CursorExpiredError if retention has removed rows after ``after`` (see :func:`gate.common.dc.purged_through`)."""
+    purged = purged_through(conn, channel)
+    if after < purged:
+        raise CursorExpiredError(channel, after, purged, describe_retention(conn, channel),
+                                 restart=f"option startingId={purged + 1}, or a new checkpointLocation")
 
 
 def transaction_end(start: int, want: int, checkpoint: int, tid_of: Callable[[int], int]) -> int:
@@ -215,12 +213,12 @@ def read_range(login: Login, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
                 cur.execute(f"SELECT {_COLUMNS} FROM transfer_data WHERE id > %s AND id <= %s ORDER BY id",
                             (first, last))
                 rows = cur.fetchall()
-                if len(rows) != last - first:
-                    raise CursorExpiredError(
+                if len(rows) != last - first:  # retention removed some while this query read them
+                    require_kept(conn, login.channel, first)
+                    raise RowsMissing(
                         f"Channel '{login.channel}': rows {first + 1} to {last} are not all there ({len(rows)} of "
-                        f"{last - first}): the channel's retention removed them while this query read them. "
-                        "Give the query a consumer name (option consumer) so that retention waits for it, and "
-                        "restart it from the oldest kept row.")
+                        f"{last - first}), yet retention has removed none of them: rows of transfer_data below the "
+                        "checkpoint were deleted by other means. Rebuild from a new snapshot of the source tables.")
                 yield to_batch(rows)
     finally:
         conn.close()

@@ -119,7 +119,11 @@ def test_set_changes_the_metrics_settings_of_an_existing_channel(gate: Gate, san
             (["--ready-lag-seconds", "-1"], "--ready-lag-seconds must be between 0 and 86400, not -1.0."),
             (["--stuck-after-seconds", "0"], "--stuck-after-seconds must be between 1 and 86400, not 0.0."),
             (["--metrics-address", "a b"], "--metrics-address 'a b' is not an address to listen on. Give an IP "
-             "address of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface).")):
+             "address of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface)."),
+            (["--metrics-port", "9999", "--retain-days", "-1"],
+             "--retain-days must be a whole number of days or 'none' (keep every row), not '-1'."),
+            (["--ready-lag-seconds", "5", "--consumer-max-idle-days", "0"],
+             "--consumer-max-idle-days must be between 0.001 and 3650, not 0.0.")):
         refused(gate, sandbox, ["channel", "set", unique_name, *options], 2, message)
 
     result = gate("--json", "channel", "set", unique_name, "--metrics-port", str(port), "--metrics-address",
@@ -128,16 +132,17 @@ def test_set_changes_the_metrics_settings_of_an_existing_channel(gate: Gate, san
     assert result.stderr == (f"warning: channel {other} has metrics_port {port} on 0.0.0.0 too: gates of both on "
                              "one host cannot both serve it\n")
     assert json.loads(result.stdout) == {
-        "channel": unique_name, "failover_mode": "gtid", "on_divergence": "stop", "metrics_port": port,
-        "metrics_address": "0.0.0.0", "stuck_after_seconds": 30.0, "ready_lag_seconds": 300.0}
+        "channel": unique_name, "failover_mode": "gtid", "on_divergence": "stop", "retain_days": 0,
+        "consumer_max_idle_days": 7.0, "metrics_port": port, "metrics_address": "0.0.0.0", "stuck_after_seconds": 30.0,
+        "ready_lag_seconds": 300.0}
     stored = settings_of(sandbox, unique_name)
     assert [stored[k] for k in ("metrics_port", "metrics_address", "stuck_after_seconds", "ready_lag_seconds",
                                 "writers")] == [port, "0.0.0.0", 30.0, 300.0, 2]
     shown = gate("channel", "set", unique_name)  # no option: only shown
     assert shown.stdout.splitlines() == [
-        f"channel              {unique_name}", "failover_mode        gtid", "on_divergence        stop",
-        f"metrics_port         {port}", "metrics_address      0.0.0.0", "stuck_after_seconds  30.0",
-        "ready_lag_seconds    300.0"]
+        f"channel                 {unique_name}", "failover_mode           gtid", "on_divergence           stop",
+        "retain_days             0", "consumer_max_idle_days  7.0", f"metrics_port            {port}",
+        "metrics_address         0.0.0.0", "stuck_after_seconds     30.0", "ready_lag_seconds       300.0"]
     assert gate("channel", "set", other, "--metrics-port", "0").exit_code == 0
 
     # the next gate run serves on the new port and address, without --metrics-port

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import gate.common.errors
 from gate.common.config import ChannelDefaults
 from gate.devtools.sandbox import Sandbox, free_port
 from tests.replay import GATE, STARTED, make_channel, wait_caught_up, wait_running
@@ -26,7 +25,7 @@ RULES = ROOT / "deploy" / "prometheus" / "gate-rules.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "gate-rules.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "gate-dashboard.json"
 INSTALLED_GATE = "/opt/gate/bin/gate"  # where the unit expects gate (README.md, Running many channels)
-# The series retention serves (its contract with the alert rules); gate serves them once retention is in.
+# The series retention serves (its contract with the alert rules and the dashboard).
 RETENTION_SERIES = {
     "gate_consumer_cursor_id", "gate_consumer_lag_rows", "gate_consumer_last_move_timestamp_seconds",
     "gate_consumer_stale", "gate_retention_purged_through_id", "gate_retention_rows_removed_total",
@@ -177,9 +176,8 @@ def served_series(text: str) -> set[str]:
 
 def test_every_series_the_rules_and_dashboard_use_is_served(sandbox: Sandbox, unique_name: str,
                                                             tmp_path: Path) -> None:
-    """Scrapes a real 'gate run' (with a registered consumer, so that consumer series exist). The retention
-    series come with retention: until it is part of gate, this test is an expected failure that names what
-    is missing; once it is (gate.common.errors has CursorExpiredError), everything must be served."""
+    """Scrapes a real 'gate run' (with a registered consumer, so that consumer series exist): every series
+    the alert rules and the dashboard use is served, retention's among them."""
     port = free_port()
     make_channel(sandbox.dc, sandbox.source, unique_name, defaults=ChannelDefaults(metrics_port=port))
     with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
@@ -206,7 +204,5 @@ def test_every_series_the_rules_and_dashboard_use_is_served(sandbox: Sandbox, un
             "gate_retention_errors_total", "gate_consumer_stale"} <= used
     served = served_series(text)
     assert f'gate_source_binlog_expire_seconds{{channel="{unique_name}"}} 864000.0\n' in text
-    missing = sorted(used - served - PROMETHEUS_OWN)
-    if missing and not hasattr(gate.common.errors, "CursorExpiredError") and set(missing) <= RETENTION_SERIES:
-        pytest.xfail(f"retention is not part of this gate yet; series it will serve: {', '.join(missing)}")
-    assert missing == []
+    assert RETENTION_SERIES <= served
+    assert sorted(used - served - PROMETHEUS_OWN) == []

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from gate.common.columns import ColumnRule
 from gate.common.config import ServerConfig
-from gate.common.errors import LoadError, MaterialiseError
+from gate.common.errors import CursorExpiredError, LoadError, MaterialiseError
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import TABLE_DDL, RandomWorkload
 from spark_readers.image import read_image
@@ -26,6 +26,8 @@ from spark_readers.materialise import column_default, materialise
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource, spark_session
 from tests.replay import make_channel, running, wait_caught_up
+from tests.test_client import channel
+from tests.test_retention import ids, move, ok, rows
 
 Gate = Callable[..., Result]
 
@@ -347,6 +349,25 @@ def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sand
     assert json.loads(again.output)["tables"] == {line.split(": ")[0]: int(line.split(": ")[1].split()[0])
                                                   for line in made.output.splitlines()}  # nothing new: unchanged
     assert spark.sparkContext._jsc is not None  # the module's session is still running
+
+
+def test_a_load_with_a_consumer_name_holds_retention_back(spark: SparkSession, sandbox: Sandbox, gate: Gate,
+                                                         unique_name: str, tmp_path: Path) -> None:
+    source = ChannelSource(channel(sandbox, unique_name, rows(6, young_from=7), (6, 3)), unique_name)
+    ok(gate("channel", "set", unique_name, "--retain-days", "1"))
+    move(sandbox, unique_name, "spark:t", (0, 0))  # registered before its first run: nothing may go
+    assert ok(gate("channel", "purge", unique_name)).endswith("removed 0 rows\n")
+    [first] = load(spark, source, str(tmp_path / "kept"), consumer="spark:t")
+    assert (first.first, first.last, first.last_tid) == (1, 6, 3)
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT name, id, tid FROM gate_consumer")
+        assert cur.fetchall() == (("spark:t", 6, 3),)
+    assert "removed 6 rows (ids 1 to 6)" in ok(gate("channel", "purge", unique_name))
+    assert ids(sandbox, unique_name) == []
+    with pytest.raises(CursorExpiredError, match=f"^Channel '{unique_name}' no longer holds the rows after cursor "
+                                                 "id 0: retention has removed every row up to id 6"):
+        load(spark, source, str(tmp_path / "late"))  # a new output directory would start at row 1
+    assert not list((tmp_path / "late").glob("increment=*"))
 
 
 @pytest.mark.measure

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from gate.common.config import ServerConfig
 from gate.common.dc import connect
-from gate.common.errors import CursorExpiredError
+from gate.common.errors import CursorExpiredError, RowsMissing
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
 from spark_readers.image import POINTER, read_image
@@ -208,15 +209,19 @@ def test_micro_batches_end_at_transactions_and_register_the_consumer(spark: Spar
     assert registered[0] in ends[-2:] and registered[1] == tids.get(registered[0], 0)  # Spark commits a batch late
 
 
-def test_a_cursor_below_purged_through_is_refused(spark: SparkSession, sandbox: Sandbox, unique_name: str) -> None:
+def test_an_expired_cursor_below_purged_through_is_refused(spark: SparkSession, sandbox: Sandbox,
+                                                           unique_name: str) -> None:
     dc, channel = small_channel(sandbox, unique_name, 10)
     with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', '12')")
         cur.execute("DELETE FROM transfer_data WHERE id <= 12")
     assert [r.id for r in spark.read.format("gate").options(**login(dc, unique_name)).load().collect()] == list(
         range(13, channel.id + 1))  # by default from the oldest kept row
-    with pytest.raises(Exception, match=rf"CursorExpiredError: Channel '{unique_name}': reading after row 4 needs "
-                                        r"rows that the channel's retention has removed; the oldest kept row is 13"):
+    with pytest.raises(Exception, match=re.escape(
+            f"CursorExpiredError: Channel '{unique_name}' no longer holds the rows after cursor id 4: retention has "
+            "removed every row up to id 12, so the oldest kept row is 13 (the channel's retention is off now "
+            "(retain_days 0)), and rows 5 to 12 cannot be read again. Restart from the oldest kept row (option "
+            "startingId=13, or a new checkpointLocation) or rebuild from a new snapshot of the source tables")):
         spark.read.format("gate").options(**login(dc, unique_name, startingId=5)).load().collect()
     with pytest.raises(Exception, match="takes no password option"):
         spark.read.format("gate").options(**login(dc, unique_name, password="secret")).load().collect()
@@ -225,6 +230,31 @@ def test_a_cursor_below_purged_through_is_refused(spark: SparkSession, sandbox: 
 
         with Channel(settings(login(dc, unique_name)).login) as reader:
             reader.start(3)
+
+
+def test_a_range_read_meeting_removed_rows_is_expired_and_another_gap_is_an_error(sandbox: Sandbox,
+                                                                                  unique_name: str) -> None:
+    """What an executor's range scan raises when rows are gone: retention's removal (purged_through covers
+    them) is CursorExpiredError; a gap retention did not make is RowsMissing, never fewer rows."""
+    from spark_readers.source import read_range, settings
+
+    dc, channel = small_channel(sandbox, unique_name, 10)
+    reader = settings(login(dc, unique_name)).login
+    assert [r for batch in read_range(reader, 0, channel.id) for r in batch.column("id").to_pylist()] == list(
+        range(1, channel.id + 1))
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM transfer_data WHERE id IN (7, 8)")
+    with pytest.raises(RowsMissing, match=re.escape(
+            f"Channel '{unique_name}': rows 1 to {channel.id} are not all there ({channel.id - 2} of {channel.id}), "
+            "yet retention has removed none of them")):
+        list(read_range(reader, 0, channel.id))
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', '8')")
+        cur.execute("DELETE FROM transfer_data WHERE id <= 8")
+    with pytest.raises(CursorExpiredError) as expired:
+        list(read_range(reader, 2, channel.id))
+    assert (expired.value.cursor_id, expired.value.purged_through) == (2, 8)
+    assert "(option startingId=9, or a new checkpointLocation)" in str(expired.value)
 
 
 def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, unique_name: str, tmp_path: Path,

@@ -101,17 +101,21 @@ def _merged(patterns: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]
 def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source: ServerConfig,
            standby: ServerConfig | None = None, *, server_id: int | None = None, timezone: str | None = None,
            binary_format: str | None = None, writers: int | None = None, allow: tuple[str, ...] = (),
-           deny: tuple[str, ...] = (), check: bool = True) -> tuple[ChannelSettings, list[Problem]]:
+           deny: tuple[str, ...] = (), check: bool = True, retain_days: int | None = None,
+           consumer_max_idle_days: float | None = None) -> tuple[ChannelSettings, list[Problem]]:
     """Create channel ``name``: validate, check the servers (unless ``check`` is False), create its DC database.
 
     Returns the settings and the preflight's warnings.
     """
     check_identifier(name, "Channel name")
-    chosen: dict[str, Any] = {"timezone": timezone, "binary_format": binary_format, "writers": writers}
+    chosen: dict[str, Any] = {"timezone": timezone, "binary_format": binary_format, "writers": writers,
+                              "retain_days": retain_days, "consumer_max_idle_days": consumer_max_idle_days}
     defaults = replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
     check_timezone(defaults.timezone)
-    if writers is not None:
-        check_range("channel_defaults.writers", writers, "--writers")
+    for key, value, option in (("writers", writers, "--writers"), ("retain_days", retain_days, "--retain-days"),
+                               ("consumer_max_idle_days", consumer_max_idle_days, "--consumer-max-idle-days")):
+        if value is not None:
+            check_range(f"channel_defaults.{key}", value, option)
     server_id = default_server_id(name) if server_id is None else server_id
     if not 0 < server_id <= MAX_SERVER_ID:
         raise InvalidValue(f"--server-id must be between 1 and {MAX_SERVER_ID}, not {server_id}.")
@@ -431,6 +435,32 @@ def set_failover(dc_server: ServerConfig, name: str, failover_mode: str | None =
         settings = dc.read_settings(conn, name)
         settings = replace(settings, failover_mode=failover_mode or settings.failover_mode,
                            on_divergence=on_divergence or settings.on_divergence)
+        dc.write_settings(conn, settings)
+    return settings
+
+
+def check_retention(retain_days: int | None, consumer_max_idle_days: float | None) -> None:
+    """Refuse retention settings out of their range (None: not given)."""
+    if retain_days is not None:
+        check_range("channel_defaults.retain_days", retain_days, "--retain-days")
+    if consumer_max_idle_days is not None:
+        check_range("channel_defaults.consumer_max_idle_days", consumer_max_idle_days, "--consumer-max-idle-days")
+
+
+def set_retention(dc_server: ServerConfig, name: str, retain_days: int | None = None,
+                  consumer_max_idle_days: float | None = None) -> ChannelSettings:
+    """Set how many days rows are kept (0: every row, retention off) and after how many idle days a consumer
+    is reported stale; None keeps a setting. A running gate applies them at its next retention pass."""
+    check_identifier(name, "Channel name")
+    check_retention(retain_days, consumer_max_idle_days)
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        defaults = settings.defaults
+        if retain_days is not None:
+            defaults = replace(defaults, retain_days=retain_days)
+        if consumer_max_idle_days is not None:
+            defaults = replace(defaults, consumer_max_idle_days=consumer_max_idle_days)
+        settings = replace(settings, defaults=defaults)
         dc.write_settings(conn, settings)
     return settings
 

@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gate.admin.lag import source_lag
+from gate.admin.retention import describe
 from gate.admin.snapshot import read_snapshots
+from gate.capture.retention import plan
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
@@ -31,6 +33,8 @@ class ChannelStatus:
     standby_sample_age_seconds: float | None  # DC clock now minus the newest sample's standby clock
     failover_mode: str
     on_divergence: str
+    retention: dict[str, Any]  # retain_days, purged_through, oldest_kept_id, bound, pinned_by, removable_rows
+    stale_consumers: list[dict[str, Any]]  # as 'gate consumer list' shows them
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
@@ -61,6 +65,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
                      "to_instance": target, "reason": reason, "at_id": at_id}
                     for at, source, target, reason, at_id in cur.fetchall()]
         stuck = stuck_rows(cur, channel, state.id)
+        retention = plan(conn, channel, settings.defaults)
         pending = read_snapshots(cur, channel, active_only=True)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
     source_pos, lag = source_lag(settings.source, state)
@@ -74,7 +79,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
         failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, snapshots=pending,
-        switches=switches, stuck_rows=stuck,
+        switches=switches, stuck_rows=stuck, retention=describe(retention),
+        stale_consumers=[c.as_row() for c in retention.consumers if c.stale],
     )
 
 

@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gate.capture.checkpoint import Checkpointer
+from gate.capture.retention import ConsumerInfo, RetentionFigures
 from gate.common.dc import ResumeState
 from gate.common.errors import MetricsPortBusy
 
@@ -96,6 +97,7 @@ class RunMetrics:
     progress_at: float = field(default_factory=time.monotonic)
     caught_up_at: float = 0.0  # wall clock: when the reader last stood at the source's end with nothing pending
     started_at: float = field(default_factory=time.time)
+    retention: RetentionFigures = field(default_factory=RetentionFigures)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -205,6 +207,7 @@ class _Figures(Collector):
                     "(Unix time)", m.last_event_time)
         yield gauge("gate_replication_lag_seconds", "Seconds the checkpoint is behind the source (0 at its end)",
                     m.lag())
+        yield from _retention(m.channel, m.retention)
         yield gauge("gate_source_binlog_expire_seconds", "How long the source keeps its binary logs "
                     "(binlog_expire_logs_seconds; 0: until purged by hand)", m.binlog_expire)
         stage = m.stage
@@ -220,6 +223,37 @@ class _Figures(Collector):
             yield gauge(f"gate_{kind}_queue_length", f"Jobs waiting for the {kind} processes", pool.queued)
             yield gauge(f"gate_{kind}_queue_capacity", f"Jobs the {kind} queue holds before the reader waits",
                         pool.capacity)
+
+
+def _retention(channel: str, figures: RetentionFigures) -> Iterator[Metric]:
+    """The retention's series (label channel) and one series per registered consumer (labels channel, consumer)."""
+    for name, text, value, family in (
+            ("gate_retention_purged_through_id", "Highest transfer_data id retention has removed (0: none)",
+             figures.purged_through, GaugeMetricFamily),
+            ("gate_retention_oldest_kept_id", "purged_through + 1: the oldest id transfer_data keeps",
+             figures.oldest_kept_id, GaugeMetricFamily),
+            ("gate_retention_rows_removed_total", "Rows retention removed from transfer_data (this process)",
+             figures.removed_total, CounterMetricFamily),
+            ("gate_retention_errors_total", "Retention passes that failed", figures.errors_total, CounterMetricFamily),
+            ("gate_retention_last_run_timestamp_seconds", "When the last retention pass ended without error "
+             "(Unix time)", figures.last_run, GaugeMetricFamily)):
+        single = family(name, text, labels=["channel"])
+        single.add_metric([channel], value)
+        yield single
+    consumers = list(figures.consumers)
+    per_consumer: tuple[tuple[str, str, Callable[[ConsumerInfo], float]], ...] = (
+            ("gate_consumer_cursor_id", "A registered consumer's cursor id (gate_consumer)", lambda c: c.cursor_id),
+            ("gate_consumer_lag_rows", "Rows between a registered consumer's cursor and the checkpoint",
+             lambda c: c.behind),
+            ("gate_consumer_last_move_timestamp_seconds", "When a registered consumer's cursor last moved (Unix "
+             "time)", lambda c: c.moved_at),
+            ("gate_consumer_stale", "1 when a consumer behind the checkpoint has not moved for longer than "
+             "consumer_max_idle_days", lambda c: int(c.stale)))
+    for name, text, read in per_consumer:
+        per = GaugeMetricFamily(name, text, labels=["channel", "consumer"])
+        for consumer in consumers:
+            per.add_metric([channel, consumer.name], read(consumer))
+        yield per
 
 
 class MetricsServer:

@@ -41,6 +41,7 @@ from gate.capture.reader import (
     Statement,
     current_position,
 )
+from gate.capture.retention import Retainer
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.snapshot import Note, SnapshotEngine
 from gate.capture.translate import Change, TableFilter, Translator
@@ -171,6 +172,7 @@ class Pipeline:
         self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
+        self._retainer: Retainer | None = None
 
     def stop(self) -> None:
         """The first call drains the writers and stores the checkpoint (waiting for the DC if it is
@@ -262,6 +264,8 @@ class Pipeline:
         try:
             return self._run()
         finally:
+            if self._retainer is not None:
+                self._retainer.stop()
             if self.metrics_server is not None:
                 self.metrics_server.close()
 
@@ -295,6 +299,9 @@ class Pipeline:
                 log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
                 return self.stats
             state = self._prepare(settings)
+            if self._retainer is None:  # once the channel's lock is held: removal runs beside the capture
+                self._retainer = Retainer(self.dc, self.channel, self.metrics.retention)
+                self._retainer.start()
             try:
                 self._run_source(settings, state)
                 return self.stats

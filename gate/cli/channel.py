@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from gate.admin import channel as channels
+from gate.admin import retention
 from gate.admin import snapshot as snapshots
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
@@ -16,6 +17,22 @@ from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
 
 # --- channels ----------------------------------------------------------------------------------
+
+
+def retain_days_value(text: str | None) -> int | None:
+    """``--retain-days``: a whole number of days, or ``none`` (the same as 0: keep every row)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return 0
+    if not text.strip().isdigit():
+        raise InvalidValue(f"--retain-days must be a whole number of days or 'none' (keep every row), not {text!r}.")
+    return int(text)
+
+
+_RETAIN_HELP = ("remove rows older than N days once every registered consumer has read them; 'none' or 0 keeps "
+                "every row")
+_IDLE_HELP = "report a consumer behind the checkpoint whose cursor has not moved for DAYS as stale"
 
 
 @click.group()
@@ -52,6 +69,8 @@ def _print_channel(app: App, name: str) -> None:
 @click.option("--writers", type=int, help="concurrent DC writer connections [default: channel_defaults]")
 @click.option("--allow", multiple=True, metavar="PATTERN", help="capture only tables matching (repeatable)")
 @click.option("--deny", multiple=True, metavar="PATTERN", help="never capture tables matching (repeatable)")
+@click.option("--retain-days", metavar="N|none", help=_RETAIN_HELP + " [default: channel_defaults, none]")
+@click.option("--consumer-max-idle-days", type=float, metavar="DAYS", help=_IDLE_HELP + " [default: channel_defaults, 7]")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby")
 @click.option("--snapshot", "snapshot", is_flag=True,
               help="also request a snapshot of every table the channel captures (see 'gate snapshot')")
@@ -60,7 +79,8 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
            source_password_env: str | None, standby_address: str | None, standby_user: str | None,
            standby_password: str | None, standby_password_env: str | None, server_id: int | None,
            timezone: str | None, binary_format: str | None, writers: int | None, allow: tuple[str, ...],
-           deny: tuple[str, ...], no_check: bool, snapshot: bool) -> None:
+           deny: tuple[str, ...], retain_days: str | None, consumer_max_idle_days: float | None,
+           no_check: bool, snapshot: bool) -> None:
     """Create a channel: its database and tables on the DC server.
 
     Checks the source (and standby) first as 'gate check-source' does, unless --no-check, then
@@ -68,9 +88,11 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     gate's own tables, and stores the settings. Settings not given come from channel_defaults in
     config.yaml. The default server_id is a stable number from 100000 to 999999 computed from NAME
     (CRC-32 of the name); give --server-id when another replica of the source uses it. Passwords
-    given with --source-password-env are stored as the reference ${VAR}, never as the value. With
-    --snapshot, the channel also gets a snapshot request for every table it captures on the source, so
-    that 'gate run' writes the rows those tables already hold, not only their changes from now on.
+    given with --source-password-env are stored as the reference ${VAR}, never as the value.
+    --retain-days N makes 'gate run' remove rows older than N days that every registered consumer
+    has read (default: none, every row is kept). With --snapshot, the channel also gets a snapshot
+    request for every table it captures on the source, so that 'gate run' writes the rows those
+    tables already hold, not only their changes from now on.
 
     Example:
 
@@ -88,6 +110,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     _, warnings = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
+        retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days,
     )
     warn(warnings)
     if not snapshot:
@@ -358,6 +381,8 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
                    "timestamp, row images) for binlogs without GTIDs")
 @click.option("--on-divergence", type=click.Choice(failover.ON_DIVERGENCE),
               help="when the DC holds transactions the standby never received: stop gate, or report and go on")
+@click.option("--retain-days", metavar="N|none", help=_RETAIN_HELP)
+@click.option("--consumer-max-idle-days", type=float, metavar="DAYS", help=_IDLE_HELP)
 @click.option("--metrics-port", type=int, metavar="PORT",
               help="the port 'gate run' serves /metrics, /healthz and /readyz on, 0 for none")
 @click.option("--metrics-address", metavar="ADDRESS", help="the interface they listen on, e.g. 127.0.0.1 or 0.0.0.0")
@@ -365,15 +390,21 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
               help="/healthz says 503 after this long without progress while there is work")
 @click.option("--ready-lag-seconds", type=float, metavar="S", help="/readyz says 503 while the lag is above this")
 @pass_app
-def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, metrics_port: int | None,
-         metrics_address: str | None, stuck_after_seconds: float | None, ready_lag_seconds: float | None) -> None:
-    """Set a channel's failover behaviour and its metrics and health settings.
+def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
+         consumer_max_idle_days: float | None, metrics_port: int | None, metrics_address: str | None,
+         stuck_after_seconds: float | None, ready_lag_seconds: float | None) -> None:
+    """Set a channel's failover behaviour, retention, and metrics and health settings.
 
     --failover-mode chooses how gate, after a switch, recognises the standby's transactions that the DC
     already holds. --on-divergence chooses what happens when the DC holds transactions the standby
     never received (lost by asynchronous replication): 'stop' makes gate exit with the report,
     'continue' logs the report and goes on. A running gate reads these settings when it next starts
     the channel.
+
+    --retain-days N: 'gate run' removes rows older than N days once every registered consumer (gate
+    consumer list) has read them; 'none' or 0 keeps every row. --consumer-max-idle-days: a consumer
+    behind the checkpoint that has not moved for longer is reported as stale (it is never dropped by
+    gate). A running gate applies both at its next retention pass.
 
     --metrics-port and --metrics-address set where 'gate run' serves its metrics and health endpoints
     (its --metrics-port and --metrics-address options override them); give each channel run on one
@@ -387,18 +418,54 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     \b
         gate channel set shop --on-divergence continue
         gate channel set shop --failover-mode fingerprint
+        gate channel set shop --retain-days 14 --consumer-max-idle-days 3
         gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
     """
+    days = retain_days_value(retain_days)
+    channels.check_retention(days, consumer_max_idle_days)  # every value is checked before anything changes
     _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
-                                      ready_lag_seconds)  # first: it checks its values before it changes anything
+                                      ready_lag_seconds)  # it checks its values before it changes anything
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
+    if days is not None or consumer_max_idle_days is not None:
+        settings = channels.set_retention(app.dc, name, days, consumer_max_idle_days)
     for clash in clashes:
         click.echo(f"warning: {clash}", err=True)
     data: dict[str, Any] = {"channel": name, "failover_mode": settings.failover_mode,
                             "on_divergence": settings.on_divergence}
     defaults = asdict(settings.defaults)
-    data.update({key: defaults[key] for key in channels.METRICS_SETTINGS})
+    data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS)})
     app.emit(data, pairs(data))
+
+
+@channel.command()
+@click.argument("name")
+@click.option("--dry-run", is_flag=True, help="print what would be removed, remove nothing")
+@pass_app
+def purge(app: App, name: str, dry_run: bool) -> None:
+    """Apply a channel's retention now: remove the rows it allows.
+
+    'gate run' does the same in the background every retention_interval_seconds; this runs it on
+    demand, also while gate runs. The bound is the lowest of the checkpoint and every registered
+    consumer's cursor, lowered to the last row older than retain_days (and to the end of a whole
+    transaction); rows up to it go, oldest first, in small batches. Prints the bound, what pins it
+    and the rows removed (--dry-run: the rows that would go, removing nothing). A channel with
+    retain_days 0 (none) keeps every row.
+
+    Example:
+
+    \b
+        gate channel purge shop --dry-run
+        gate channel purge shop
+    """
+    data = retention.purge_channel(app.dc, name, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    count = data["removable_rows"] if dry_run else data["removed_rows"]
+    app.emit(data, "\n".join([
+        f"channel {name}: retain_days {data['retain_days'] or 'none'}, checkpoint id {data['checkpoint_id']}, "
+        f"purged through id {data['purged_through']}",
+        f"bound: id {data['bound']}, pinned by {data['pinned_by']}",
+        f"{verb} {count} rows" + (f" (ids {data['purged_through'] + 1} to {data['bound']})" if count else ""),
+    ]))
 
 
 @channel.command(name="switch")

@@ -118,7 +118,7 @@ def tail(app: App, channel: str, start: str | None, lines: int, dbname: str | No
             consumer.cursor = consumer.position_at_time(begin)
         else:
             consumer.cursor = consumer.position(max(0, begin - 1) if begin is not None
-                                                else max(0, consumer.checkpoint().id - lines))
+                                                else max(consumer.purged_through(), consumer.checkpoint().id - lines))
         changes = consumer.follow(interval) if follow else _until_checkpoint(consumer)
         try:
             for change in changes:
@@ -140,21 +140,24 @@ def _until_checkpoint(consumer: Consumer) -> Iterator[Change]:
 @click.option("--max-rows", type=int, help="split the load into increments of at most this many rows")
 @click.option("--jdbc-url", metavar="URL", help="JDBC URL of the channel database, when executors reach the DC by "
               "another address [default: jdbc:mysql://DC_HOST:DC_PORT/CHANNEL]")
+@click.option("--consumer", metavar="NAME", help="register the cursor under NAME in the channel's gate_consumer, so "
+              "that retention keeps every row the load has not read")
 @click.pass_obj
 def spark_load(app: App, channel: str, out: str, master: str, partitions: int, max_rows: int | None,
-               jdbc_url: str | None) -> None:
+               jdbc_url: str | None, consumer: str | None) -> None:
     """Append a channel's new changes to Parquet with Spark.
 
     Reads the rows after the cursor stored in DIR (_gate_cursor.json) up to the channel's checkpoint
     with partitioned JDBC reads, parses the JSON into columns and writes them as one increment,
     DIR/increment=FIRST-LAST/, partitioned by dbname, tablename and date; then moves the cursor.
     Run it as often as you like: a run that was killed at any point is completed or redone by the
-    next one, without duplicates or gaps. Prints the increments written.
+    next one, without duplicates or gaps. Prints the increments written. --consumer NAME also
+    stores the cursor in the channel's gate_consumer, so that retention waits for the load.
 
     Example:
 
     \b
-        gate spark-load shop --out /data/gate/shop --partitions 8
+        gate spark-load shop --out /data/gate/shop --partitions 8 --consumer spark:shop
         spark-submit --master spark://spark1:7077 --jars /usr/share/java/mariadb-java-client.jar \\
             "$(python -c 'import spark_readers.load as m; print(m.__file__)')" shop \\
             --out hdfs:///gate/shop --config /etc/gate/config.yaml
@@ -164,7 +167,7 @@ def spark_load(app: App, channel: str, out: str, master: str, partitions: int, m
 
     source = ChannelSource(app.dc, channel, jdbc_url)
     with spark_job(master) as spark:
-        written = load(spark, source, out, partitions=partitions, max_rows=max_rows)
+        written = load(spark, source, out, partitions=partitions, max_rows=max_rows, consumer=consumer)
     rows = [{"increment": inc.name, "first_id": inc.first, "last_id": inc.last, "last_tid": inc.last_tid}
             for inc in written]
     if app.as_json:

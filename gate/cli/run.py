@@ -82,9 +82,12 @@ def status(app: App, channel: str, sample: float) -> None:
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
     clock at sampling; samples are taken while gate runs). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
-    Last, any row the writers cannot write because it is larger than the DC server's
-    max_allowed_packet: its id, size and the setting to raise. Then the requested and running snapshots,
-    each with its rows written so far against the source's estimate (see 'gate snapshot').
+    Then retention: retain_days, the highest id removed (purged_through), the oldest kept id, the
+    bound a purge would remove up to and what pins it (the checkpoint, a consumer, retain_days), and
+    the registered consumers that are stale. Then any row the writers cannot write because it is
+    larger than the DC server's max_allowed_packet: its id, size and the setting to raise. Last, the
+    requested and running snapshots, each with its rows written so far against the source's estimate
+    (see 'gate snapshot').
 
     Example:
 
@@ -95,10 +98,15 @@ def status(app: App, channel: str, sample: float) -> None:
     check_identifier(channel, "channel name")
 
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck, pending = result["switches"], result["stuck_rows"], result["snapshots"]
-    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "snapshots": len(pending)})
+    switches, stuck, stale, pending = (result["switches"], result["stuck_rows"], result["stale_consumers"],
+                                       result["snapshots"])
+    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
+                  "snapshots": len(pending)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
+    if stale:
+        text += "\n\nstale consumers (behind the checkpoint, not moved for longer than consumer_max_idle_days):\n"
+        text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
     if pending:

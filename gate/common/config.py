@@ -39,6 +39,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "channel_defaults.metrics_port": (0, 65535),
     "channel_defaults.stuck_after_seconds": (1, 86_400),
     "channel_defaults.ready_lag_seconds": (0, 86_400),
+    "channel_defaults.retain_days": (0, 36_500),
+    "channel_defaults.consumer_max_idle_days": (0.001, 3650),
+    "channel_defaults.retention_interval_seconds": (0.1, 86_400),
     "channel_defaults.snapshot_readers": (1, 64),
     "channel_defaults.snapshot_chunk_seconds": (0.01, 60),
     "channel_defaults.snapshot_chunk_rows": (1, 1_000_000),
@@ -183,6 +186,9 @@ class ChannelDefaults:
     metrics_address: str = "127.0.0.1"  # the interface they listen on: only this host unless widened
     stuck_after_seconds: float = 120.0  # /healthz is 503 once gate has made no progress for that long
     ready_lag_seconds: float = 60.0  # /readyz is 503 while the replication lag is above it
+    retain_days: int = 0  # rows older than this that every registered consumer has read go; 0: keep every row
+    consumer_max_idle_days: float = 7.0  # a consumer behind the checkpoint that has not moved for longer is stale
+    retention_interval_seconds: float = 60.0  # how often gate run applies the retention and reads the consumers
     snapshot_readers: int = 2  # processes reading snapshot chunks from the source
     snapshot_chunk_seconds: float = 0.5  # a snapshot chunk's SELECT is sized to take about this long
     snapshot_chunk_rows: int = 2000  # ... but reads at least this many rows

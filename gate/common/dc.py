@@ -419,3 +419,45 @@ def remove_above_checkpoint(cur: pymysql.cursors.Cursor, channel: str, checkpoin
                       (checkpoint_id, REMOVE_BATCH)):
         removed += cur.rowcount
     return removed
+
+
+# --- retention: the rows removed so far ------------------------------------------------------------
+
+PURGED_KEY = "purged_through"  # gate_meta: the highest id retention has removed (absent: 0)
+_ER_TABLE_ACCESS_DENIED = 1142
+
+
+def purged_through(conn: pymysql.Connection, channel: str) -> int:
+    """The highest id retention has removed from ``channel``'s transfer_data (0: none); every row above it
+    up to the checkpoint is present. Retention stores it before (or with) the removal it covers, so a reader
+    that reads it after its rows knows whether rows it asked for were gone. A reader granted only the
+    contract tables (no SELECT on gate_meta) gets the same figure from transfer_data: ids are gap-free, so
+    it is the oldest row's id minus one, at most the checkpoint."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s", (PURGED_KEY,))
+        except pymysql.err.MySQLError as exc:
+            if not exc.args or exc.args[0] != _ER_TABLE_ACCESS_DENIED:
+                raise
+            cur.execute(f"SELECT c.id, (SELECT MIN(id) FROM {q(channel)}.transfer_data) "
+                        f"FROM {q(channel)}.transfer_checkpoint c")
+            checkpoint, oldest = one_row(cur)
+            return int(checkpoint) if oldest is None else min(int(checkpoint), int(oldest) - 1)
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def describe_retention(conn: pymysql.Connection, channel: str) -> str:
+    """The channel's retention setting in words, for messages to readers (who may not read gate_settings)."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT value FROM {q(channel)}.gate_settings WHERE name = 'retain_days'")
+        except pymysql.err.MySQLError as exc:
+            if not exc.args or exc.args[0] != _ER_TABLE_ACCESS_DENIED:
+                raise
+            return f"'gate channel show {channel}' shows its retain_days"
+        row = cur.fetchone()
+    days = int(json.loads(row[0])) if row else 0
+    if not days:
+        return "the channel's retention is off now (retain_days 0)"
+    return f"the channel keeps rows for {days} days, and longer until every registered consumer has read them"

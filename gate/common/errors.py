@@ -142,4 +142,28 @@ class ColumnRuleRefused(GateError):
 
 
 class CursorExpiredError(GateError):
-    """A reader asked for rows after a cursor below the channel's purged_through: retention removed some."""
+    """A reader asked for rows that retention has already removed from transfer_data."""
+
+    def __init__(self, channel: str, cursor_id: int, purged_through: int, retention: str, restart: str = "") -> None:
+        """``restart``: how this reader starts from the oldest kept row (default: the Python client's and
+        gate tail's way)."""
+        oldest = purged_through + 1
+        restart = restart or f"Consumer.position({purged_through}), 'gate tail {channel} --from {oldest}'"
+        super().__init__(
+            f"Channel '{channel}' no longer holds the rows after cursor id {cursor_id}: retention has removed every "
+            f"row up to id {purged_through}, so the oldest kept row is {oldest} ({retention}), and rows "
+            f"{cursor_id + 1} to {purged_through} cannot be read again. Restart from the oldest kept row "
+            f"({restart}) or rebuild from a new snapshot of the source tables; to keep it from happening again, "
+            "register the reader as a named consumer (Consumer(..., name=...) with commit(), or the consumer name "
+            "of the Spark loader or of format(\"gate\")), so that retention waits for it.")
+        self.channel = channel
+        self.cursor_id = cursor_id
+        self.purged_through = purged_through
+
+
+class UnknownConsumer(GateError):
+    """No consumer of that name is registered in the channel's gate_consumer table."""
+
+
+class RowsMissing(GateError):
+    """Rows of transfer_data below the checkpoint are gone although retention did not remove them."""

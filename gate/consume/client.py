@@ -23,6 +23,11 @@ Only rows with ``last < id <= checkpoint.id`` are read: the checkpoint is read f
 so a row above it (possibly part of an unfinished transaction) is never returned. Batches may end
 inside a source transaction; ``Change.tid`` tells which rows belong together.
 
+**Retention.** A channel with ``retain_days`` removes its oldest rows once every *named* consumer (a row
+of ``gate_consumer``) has committed a cursor past them. A reader whose cursor falls before the oldest
+kept row (an unnamed one that lagged, or a named one that was dropped) gets CursorExpiredError, never a
+silent skip of the removed rows.
+
 **Snapshots.** A snapshot of a source table arrives as a SNAPSHOTSTART row (``Change.columns`` has the
 table's columns as CREATETABLE gives them; ``Change.snapshot`` its id, reason and key), one SNAPSHOT
 row per source row (``Change.new``, like an INSERT) and a SNAPSHOTEND row (``Change.snapshot`` with
@@ -43,16 +48,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 
 from gate.common.config import check_identifier
-from gate.common.errors import InvalidValue
+from gate.common.dc import describe_retention, purged_through
+from gate.common.errors import CursorExpiredError, InvalidValue
 from gate.common.retry import UNREACHABLE, error_code
 from gate.consume.link import DCServer, open_link
 
@@ -61,6 +67,7 @@ SNAPSHOT_OPTYPES = frozenset({"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"})
 OPTYPES = DML_OPTYPES | SNAPSHOT_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
 
 Image = dict[str, "str | None"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -192,13 +199,16 @@ class Consumer:
 
     def _query(self, sql: str, args: Iterable[Any] = ()) -> tuple[tuple[Any, ...], ...]:
         """Run one statement; a lost connection is reopened once (every statement here is safe to repeat)."""
+        return self._reopening(lambda: self._run(sql, tuple(args)))
+
+    def _reopening(self, work: Callable[[], T]) -> T:
         try:
-            return self._run(sql, tuple(args))
+            return work()
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
             if isinstance(exc, pymysql.err.OperationalError) and error_code(exc) not in UNREACHABLE:
                 raise
             self._link.reopen()
-            return self._run(sql, tuple(args))
+            return work()
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
         return self._link.run(sql, args)
@@ -215,16 +225,37 @@ class Consumer:
         (id_, tid), = self._query("SELECT id, tid FROM transfer_checkpoint")
         return Cursor(int(id_), int(tid))
 
+    def purged_through(self) -> int:
+        """The highest id retention has removed (0: none): rows after it up to the checkpoint are all there."""
+        return self._reopening(lambda: purged_through(self._link.connection, self.channel))
+
+    def require_kept(self, cursor_id: int) -> None:
+        """Raise CursorExpiredError when rows right after ``cursor_id`` have been removed by retention. Called
+        after reading them: retention moves purged_through before (or with) removing, so this sees any
+        removal that the read may have met."""
+        purged = self.purged_through()
+        if cursor_id < purged:
+            retention = self._reopening(lambda: describe_retention(self._link.connection, self.channel))
+            raise CursorExpiredError(self.channel, cursor_id, purged, retention)
+
     def position(self, after_id: int, checkpoint: Cursor | None = None) -> Cursor:
-        """The cursor right after row ``after_id`` (0: the beginning), which must be at or below the checkpoint."""
+        """The cursor right after row ``after_id`` (0: the beginning), which must be at or below the checkpoint
+        and not before the rows retention has removed (``position(consumer.purged_through())`` is the cursor
+        before the oldest kept row)."""
         checkpoint = checkpoint or self.checkpoint()
         if not 0 <= after_id <= checkpoint.id:
             raise InvalidValue(f"Row {after_id} is not between 0 and the checkpoint of channel '{self.channel}', "
                                f"{checkpoint.id}: rows above the checkpoint may be incomplete.")
         if after_id in (0, checkpoint.id):
+            if after_id == 0:
+                self.require_kept(0)
             return checkpoint if after_id else Cursor()
-        (tid,), = self._query("SELECT tid FROM transfer_data WHERE id = %s", (after_id,))
-        return Cursor(after_id, int(tid))
+        rows = self._query("SELECT id, tid FROM transfer_data WHERE id IN (%s, %s) ORDER BY id", (after_id, after_id + 1))
+        if rows and rows[0][0] == after_id:
+            return Cursor(after_id, int(rows[0][1]))
+        self.require_kept(after_id)
+        # after_id is the last removed row: retention removes whole transactions, so the next row starts one
+        return Cursor(after_id, int(rows[0][1]) - 1)
 
     def position_at_time(self, when: datetime) -> Cursor:
         """The cursor before the first row (up to the checkpoint) executed at ``when`` or later; the checkpoint
@@ -234,7 +265,14 @@ class Consumer:
         utc = when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
         (first,), = self._query("SELECT MIN(id) FROM transfer_data WHERE create_time >= %s AND id <= %s",
                                 (utc, checkpoint.id))
-        return checkpoint if first is None else self.position(int(first) - 1, checkpoint)
+        if first is None:
+            return checkpoint
+        purged = self.purged_through()
+        if purged and int(first) == purged + 1:
+            (oldest,), = self._query("SELECT create_time FROM transfer_data WHERE id = %s", (first,))
+            if oldest > utc:  # rows executed from ``when`` to the oldest kept row's time may have been removed
+                self.require_kept(0)
+        return self.position(int(first) - 1, checkpoint)
 
     def poll(self) -> list[Change]:
         """The next changes after the cursor, at most ``batch``, never above the checkpoint; ``[]`` when
@@ -245,6 +283,7 @@ class Consumer:
             rows = self._query(
                 f"SELECT {_COLUMNS} FROM transfer_data WHERE id > %s AND id <= %s{self._where} ORDER BY id",
                 (self.cursor.id, end, *self._args))
+            self.require_kept(self.cursor.id)
             self.cursor = self.position(end, checkpoint)
             if rows:
                 return [Change.from_row(row) for row in rows]

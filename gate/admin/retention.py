@@ -1,0 +1,55 @@
+"""What ``gate channel purge`` and ``gate consumer list|drop`` do on the DC server (the rules are in
+gate.capture.retention, which a running gate applies in the background)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gate.capture.retention import Plan, plan, purge
+from gate.common import dc
+from gate.common.config import ServerConfig, check_identifier
+from gate.common.errors import UnknownConsumer
+
+
+def describe(found: Plan) -> dict[str, Any]:
+    """A plan as the commands and ``gate status`` print it."""
+    return {"retain_days": found.retain_days, "purged_through": found.purged_through,
+            "oldest_kept_id": found.oldest_kept_id, "checkpoint_id": found.checkpoint, "bound": found.bound,
+            "pinned_by": found.pinned_by, "removable_rows": found.removable}
+
+
+def purge_channel(dc_server: ServerConfig, name: str, dry_run: bool = False) -> dict[str, Any]:
+    """Apply the channel's retention now; with ``dry_run`` only say what it would remove."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        defaults = dc.read_settings(conn, name).defaults
+        found = plan(conn, name, defaults)
+        removed = 0 if dry_run or found.removable <= 0 else purge(conn, name, found.bound)
+        after = dc.purged_through(conn, name)
+    return {"channel": name, **describe(found), "dry_run": dry_run, "removed_rows": removed,
+            "purged_through_now": after}
+
+
+def consumers(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
+    """Every registered consumer of the channel, by name."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        defaults = dc.read_settings(conn, name).defaults
+        return [c.as_row() for c in plan(conn, name, defaults).consumers]
+
+
+def drop_consumer(dc_server: ServerConfig, name: str, consumer: str) -> dict[str, Any]:
+    """Forget a consumer: retention no longer waits for it; a reader of that name starts over (and gets
+    CursorExpiredError if rows it needs are gone)."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn, conn.cursor() as cur:
+        dc.schema_version(conn, name)
+        cur.execute(f"SELECT id, tid FROM {dc.q(name)}.gate_consumer WHERE name = %s", (consumer,))
+        row = cur.fetchone()
+        if row is None:
+            cur.execute(f"SELECT name FROM {dc.q(name)}.gate_consumer ORDER BY name")
+            known = ", ".join(f"'{n}'" for (n,) in cur.fetchall()) or "none"
+            raise UnknownConsumer(f"Channel '{name}' has no consumer named '{consumer}' (registered: {known}). "
+                                  f"'gate consumer list {name}' shows them.")
+        cur.execute(f"DELETE FROM {dc.q(name)}.gate_consumer WHERE name = %s", (consumer,))
+    return {"channel": name, "dropped": consumer, "cursor_id": int(row[0]), "cursor_tid": int(row[1])}
