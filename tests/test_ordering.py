@@ -323,6 +323,25 @@ def test_a_snapshot_slot_holds_the_numbering_until_its_rows_come_then_numbers_th
     assert got == [(5, 4, 200, [start, chunk])]  # the notes go with a boundary at or after the slot's rows
 
 
+def test_slots_placed_at_the_same_transaction_end_are_numbered_in_the_order_they_were_placed() -> None:
+    """A table's next chunk whose read view shows the same position as its previous one (no transaction in
+    between) goes after that chunk's slot, not before it: SNAPSHOTSTART, the rows and SNAPSHOTEND keep
+    their order."""
+    ordering, chunks = make(FakeDecoders(hold=True))
+    feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
+    first, second = SnapshotOp(), SnapshotOp()
+    assert ordering.snapshot(first, after=lambda position: position.log_pos == 100)
+    assert ordering.snapshot(second, after=lambda position: position.log_pos == 100)
+    first.txns = [([("db", "t", "SNAPSHOTSTART", "{}")], Note(9, "start", key=["id"])),
+                  ([("db", "t", "SNAPSHOT", "r1")], Note(9, "chunk", last='["1"]', rows=1))]
+    second.txns = [([("db", "t", "SNAPSHOT", "r2")], Note(9, "chunk", last='["2"]', rows=1)),
+                   ([("db", "t", "SNAPSHOTEND", "{}")], Note(9, "end", state="done"))]
+    feed(ordering, [commit(200)])
+    ordering.drain()
+    assert chunks.rows == [(1, 1, '{"NEW":["a.0"]}'), (2, 2, "{}"), (3, 3, "r1"), (4, 4, "r2"), (5, 5, "{}"),
+                           (6, 6, '{"NEW":["b.0"]}')]
+
+
 def test_a_slot_whose_boundary_is_numbered_already_is_refused() -> None:
     ordering, chunks = make(FakeDecoders())
     feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])

@@ -197,8 +197,11 @@ class Ordering:
         for at in range(len(ops) - 1, -1, -1):
             candidate = ops[at]
             if type(candidate) is CommitOp and after(candidate.position):
-                ops.insert(at + 1, op)
-                self._queued.insert(at + 1, self._queued[at])
+                at += 1
+                while at < len(ops) and type(ops[at]) is SnapshotOp:
+                    at += 1  # after the slots placed at this position before: a table's chunks stay in order
+                ops.insert(at, op)
+                self._queued.insert(at, self._queued[at - 1])
                 return True
         return False
 
