@@ -9,7 +9,9 @@ bench_a.t (the benchmark's workload-a column mix) to each --rows size and then, 
   the DC's JSON by the same renderers the snapshot uses, in this process: rows/s;
 - gate: ``gate run`` (scripts/bench/gate_runner.py) on a channel that streams the source, a snapshot of
   the table requested in gate_snapshot; rows/s from the request until its SNAPSHOTEND is checkpointed,
-  as a ratio of the baseline (target >= 0.8);
+  as a ratio of the baseline (target >= 0.8); ``running_ratio`` counts from when gate took the request up
+  (it polls gate_snapshot every 2 s) to the SNAPSHOTEND's checkpoint; CPU µs per row per process (gate's
+  readers, main and writers, the source and DC servers) for gate and the baseline;
 - meanwhile a probe session commits a one-row UPDATE every 10 ms on the source and times each (the
   longest stall another session saw, against the same probe before the snapshot), a paced load
   writes --lag-rate rows/s (default 2,000, in transactions of 100 rows) into another table, whose lag
@@ -180,6 +182,8 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
                 gate.check()
                 time.sleep(0.05)
             took = time.time() - requested
+            cur.execute("SELECT TIMESTAMPDIFF(MICROSECOND, started_at, finished_at) / 1e6 FROM gate_snapshot")
+            running = float(cur.fetchone()[0])
             cpu1 = {**server_cpu(box), **gate.monitor.snapshot_cpu()}
         stalls = probe.stop()
         busy1 = machine_busy()
@@ -195,6 +199,7 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
         "rows": rows, "state": state, "snapshot_rows": done_rows, "seconds": round(took, 2),
         "snapshot_rows_per_s": round(done_rows / took), "select_rows_per_s": round(plain),
         "ratio": round(done_rows / took / plain, 2),
+        "running_seconds": round(running, 2), "running_ratio": round(done_rows / running / plain, 2),
         "probe_max_ms_quiet": round(max(quiet) * 1000, 1), "probe_max_ms_during": round(max(stalls) * 1000, 1),
         "probe_p99_ms_during": round(percentile(stalls, 99) * 1000, 1),
         "peak_rss_mb": round(sample.peak_tree_rss / MB), "peak_main_rss_mb": round(sample.peak_main_rss / MB),
