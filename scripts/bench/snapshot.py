@@ -216,10 +216,12 @@ def main() -> int:
     parser.add_argument("--lag-rate", type=int, default=2000, help="rows/s of the paced load (0: none)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profile-dir", type=Path, help="cProfile gate's processes into this folder")
+    parser.add_argument("--dc-option", action="append", default=[],
+                        help="an extra mariadbd option for the DC server, e.g. --dc-option=--innodb-log-file-size=256M")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="gate-snapbench-") as tmp:
-        box = Sandbox(Path(tmp) / "sandbox", with_standby=False)
+        box = Sandbox(Path(tmp) / "sandbox", with_standby=False, dc_args=tuple(args.dc_option))
         box.up()
         try:
             with box.source.connect() as conn, conn.cursor() as cur:
