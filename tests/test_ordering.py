@@ -342,6 +342,20 @@ def test_slots_placed_at_the_same_transaction_end_are_numbered_in_the_order_they
                            (6, 6, '{"NEW":["b.0"]}')]
 
 
+def test_a_snapshot_chunk_goes_to_the_writers_in_batches_of_up_to_ten_times_batch_rows_bounded_by_bytes() -> None:
+    """Fewer, larger writer batches for a snapshot chunk's rows: up to SNAPSHOT_BATCH_FACTOR x batch_rows,
+    fewer when its rows are large (about SNAPSHOT_BATCH_BYTES a batch); one transaction all the same."""
+    for data, sizes in (("r", [20, 20, 5]), ("x" * (1 << 20), [7, 7, 1])):  # 8 MB of 1 MB rows: 7 a batch
+        ordering, chunks = make(FakeDecoders(), batch_rows=2)
+        rows = sum(sizes)
+        slot = SnapshotOp([([("db", "t", "SNAPSHOT", data)] * rows, Note(9, "chunk", last='["1"]', rows=rows))],
+                          1_700_000_000)
+        ordering.snapshot(slot)
+        ordering.drain()
+        assert [len(batch) for _no, batch, _b in chunks.got if batch] == sizes
+        assert {r[1] for r in chunks.rows} == {1} and [r[0] for r in chunks.rows] == list(range(1, rows + 1))
+
+
 def test_a_slot_whose_boundary_is_numbered_already_is_refused() -> None:
     ordering, chunks = make(FakeDecoders())
     feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
