@@ -323,6 +323,39 @@ def test_a_snapshot_slot_holds_the_numbering_until_its_rows_come_then_numbers_th
     assert got == [(5, 4, 200, [start, chunk])]  # the notes go with a boundary at or after the slot's rows
 
 
+def test_slots_placed_at_the_same_transaction_end_are_numbered_in_the_order_they_were_placed() -> None:
+    """A table's next chunk whose read view shows the same position as its previous one (no transaction in
+    between) goes after that chunk's slot, not before it: SNAPSHOTSTART, the rows and SNAPSHOTEND keep
+    their order."""
+    ordering, chunks = make(FakeDecoders(hold=True))
+    feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])
+    first, second = SnapshotOp(), SnapshotOp()
+    assert ordering.snapshot(first, after=lambda position: position.log_pos == 100)
+    assert ordering.snapshot(second, after=lambda position: position.log_pos == 100)
+    first.txns = [([("db", "t", "SNAPSHOTSTART", "{}")], Note(9, "start", key=["id"])),
+                  ([("db", "t", "SNAPSHOT", "r1")], Note(9, "chunk", last='["1"]', rows=1))]
+    second.txns = [([("db", "t", "SNAPSHOT", "r2")], Note(9, "chunk", last='["2"]', rows=1)),
+                   ([("db", "t", "SNAPSHOTEND", "{}")], Note(9, "end", state="done"))]
+    feed(ordering, [commit(200)])
+    ordering.drain()
+    assert chunks.rows == [(1, 1, '{"NEW":["a.0"]}'), (2, 2, "{}"), (3, 3, "r1"), (4, 4, "r2"), (5, 5, "{}"),
+                           (6, 6, '{"NEW":["b.0"]}')]
+
+
+def test_a_snapshot_chunk_goes_to_the_writers_in_batches_of_up_to_ten_times_batch_rows_bounded_by_bytes() -> None:
+    """Fewer, larger writer batches for a snapshot chunk's rows: up to SNAPSHOT_BATCH_FACTOR x batch_rows,
+    fewer when its rows are large (about SNAPSHOT_BATCH_BYTES a batch); one transaction all the same."""
+    for data, sizes in (("r", [20, 20, 5]), ("x" * (1 << 20), [7, 7, 1])):  # 8 MB of 1 MB rows: 7 a batch
+        ordering, chunks = make(FakeDecoders(), batch_rows=2)
+        rows = sum(sizes)
+        slot = SnapshotOp([([("db", "t", "SNAPSHOT", data)] * rows, Note(9, "chunk", last='["1"]', rows=rows))],
+                          1_700_000_000)
+        ordering.snapshot(slot)
+        ordering.drain()
+        assert [len(batch) for _no, batch, _b in chunks.got if batch] == sizes
+        assert {r[1] for r in chunks.rows} == {1} and [r[0] for r in chunks.rows] == list(range(1, rows + 1))
+
+
 def test_a_slot_whose_boundary_is_numbered_already_is_refused() -> None:
     ordering, chunks = make(FakeDecoders())
     feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1)])

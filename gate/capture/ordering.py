@@ -45,6 +45,9 @@ from gate.common.dc import ResumeState
 
 FLUSH_AFTER = 0.02  # seconds a chunk (or a decoder job) may wait for more rows once a transaction has ended
 JOB_BYTES = 256 * 1024  # bytes of raw row events per decoder job, at most (plus one event)
+SNAPSHOT_BATCH_FACTOR = 10  # a snapshot chunk's rows go to the writers in batches of up to this x batch_rows ...
+SNAPSHOT_BATCH_BYTES = 8 << 20  # ... of about this many bytes of data at most (fewer, larger DC transactions:
+# measured, the writers' CPU per row fell by about a third at 10,000-row batches against 1,000)
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +200,11 @@ class Ordering:
         for at in range(len(ops) - 1, -1, -1):
             candidate = ops[at]
             if type(candidate) is CommitOp and after(candidate.position):
-                ops.insert(at + 1, op)
-                self._queued.insert(at + 1, self._queued[at])
+                at += 1
+                while at < len(ops) and type(ops[at]) is SnapshotOp:
+                    at += 1  # after the slots placed at this position before: a table's chunks stay in order
+                ops.insert(at, op)
+                self._queued.insert(at, self._queued[at - 1])
                 return True
         return False
 
@@ -285,8 +291,12 @@ class Ordering:
             return
         for changes, _note in txns:
             self.sequencer.begin()
-            for at in range(0, len(changes), self.batch_rows):
-                self._number(changes[at:at + self.batch_rows], timestamp)
+            step = self.batch_rows
+            if len(changes) > step:  # rows of one table, of about the same size
+                average = sum(len(change[3]) for change in changes) // len(changes) + 1
+                step = max(step, min(step * SNAPSHOT_BATCH_FACTOR, SNAPSHOT_BATCH_BYTES // average))
+            for at in range(0, len(changes), step):
+                self._number(changes[at:at + step], timestamp)
         self.sequencer.begin()
         self._notes.extend(note for _changes, note in txns)  # with the boundary, never before it
         self._boundary = self._last = self._last.moved(id=self.sequencer.id, tid=self.sequencer.tid)

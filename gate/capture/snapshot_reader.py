@@ -273,7 +273,10 @@ class Reader:
                     return Chunk("retry", "the SELECT returned other columns than the table had when it was opened")
                 image = self._image(plan)
                 selected_at = [names.index(c.name) for c in selected]
-                data = ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
+                if selected_at == list(range(len(names))):  # no column excluded: the rows as they are
+                    data = ['{"NEW":' + image.row_json(row) + "}" for row in rows]
+                else:
+                    data = ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
                 if rows:
                     last = [rows[-1][i] for i in positions]
             cur.execute("COMMIT")

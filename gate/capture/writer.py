@@ -78,6 +78,7 @@ def insert_statements(rows: list[DCRow], max_packet: int = LARGEST_PACKET) -> li
     values: list[str] = []
     size = 0
     lit = _literal
+    names: dict[str, str] = {}  # dbname, tablename and instance literals: the same few in every row
     last_id = 0
 
     def close() -> None:
@@ -89,7 +90,14 @@ def insert_statements(rows: list[DCRow], max_packet: int = LARGEST_PACKET) -> li
         statements.append(statement)
 
     for r in rows:  # create_time and optype are gate's own text (digits, '-', ':', ' ' and capitals)
-        value = f"({r[0]},{r[1]},{lit(r[2])},{lit(r[3])},'{r[4]}',{lit(r[5])},'{r[6]}',{lit(r[7])})"
+        db, table, instance = names.get(r[2]), names.get(r[3]), names.get(r[5])
+        if db is None:
+            db = names[r[2]] = lit(r[2])
+        if table is None:
+            table = names[r[3]] = lit(r[3])
+        if instance is None:
+            instance = names[r[5]] = lit(r[5])
+        value = f"({r[0]},{r[1]},{db},{table},'{r[4]}',{instance},'{r[6]}',{lit(r[7])})"
         if values and size + len(value) > budget:
             close()
             values, size = [], 0

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import gate.capture.decoder
+import gate.capture.snapshot
 import gate.capture.writer
 from gate.common.config import Secret, ServerConfig
 
@@ -50,6 +51,25 @@ def _profiled_decoder_main(*args: object) -> None:
     _profiled("decoder", *args)
 
 
+def _profiled_reader_main(*args: object) -> None:
+    """A snapshot reader's chunks under cProfile, dumped after each (readers are killed, never return)."""
+    import gate.capture.snapshot_reader as reader
+
+    profile, read = cProfile.Profile(), reader.Reader.read
+    target = str(Path(os.environ[_PROFILE_ENV]) / f"snapshot-{os.getpid()}.prof")
+
+    def profiled_read(self: reader.Reader, task: reader.Task) -> reader.Chunk:
+        profile.enable()
+        try:
+            return read(self, task)
+        finally:
+            profile.disable()
+            profile.dump_stats(target)
+
+    reader.Reader.read = profiled_read  # type: ignore[method-assign]
+    reader.reader_main(*args)  # type: ignore[arg-type]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dc-port", type=int, required=True)
@@ -70,6 +90,7 @@ def main() -> int:
         os.environ[_PROFILE_ENV] = str(Path(args.profile_dir).resolve())  # inherited by the children
         gate.capture.writer._writer_main = _profiled_writer_main  # type: ignore[assignment]
         gate.capture.decoder._decoder_main = _profiled_decoder_main  # type: ignore[assignment]
+        gate.capture.snapshot.reader_main = _profiled_reader_main  # type: ignore[assignment]
 
     dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""))
     pipeline = Pipeline(dc, args.channel, preflight=not args.no_preflight)

@@ -9,7 +9,9 @@ bench_a.t (the benchmark's workload-a column mix) to each --rows size and then, 
   the DC's JSON by the same renderers the snapshot uses, in this process: rows/s;
 - gate: ``gate run`` (scripts/bench/gate_runner.py) on a channel that streams the source, a snapshot of
   the table requested in gate_snapshot; rows/s from the request until its SNAPSHOTEND is checkpointed,
-  as a ratio of the baseline (target >= 0.8);
+  as a ratio of the baseline (target >= 0.8); ``running_ratio`` counts from when gate took the request up
+  (it polls gate_snapshot every 2 s) to the SNAPSHOTEND's checkpoint; CPU µs per row per process (gate's
+  readers, main and writers, the source and DC servers) for gate and the baseline;
 - meanwhile a probe session commits a one-row UPDATE every 10 ms on the source and times each (the
   longest stall another session saw, against the same probe before the snapshot), a paced load
   writes --lag-rate rows/s (default 2,000, in transactions of 100 rows) into another table, whose lag
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pymysql
 import pymysql.converters
 import pymysql.cursors
@@ -58,8 +61,24 @@ def fill(box: Sandbox, rows: int) -> None:
             cur.execute("INSERT INTO bench_a.t " + A_SELECT.format(lo=lo, hi=min(rows, lo + 19_999)))
 
 
-def baseline(box: Sandbox) -> float:
-    """rows/s of one streamed SELECT * rendered as SNAPSHOT data, in this process."""
+def server_cpu(box: Sandbox) -> dict[str, float]:
+    """CPU seconds (user + system) the source and DC servers have used so far."""
+    out = {}
+    for role, server in (("source_server", box.source), ("dc_server", box.dc)):
+        pid = server.pid()
+        times = psutil.Process(pid).cpu_times() if pid else None
+        out[role] = times.user + times.system if times else 0.0
+    return out
+
+
+def per_row_us(before: dict[str, float], after: dict[str, float], rows: int) -> dict[str, float]:
+    """CPU µs per row per role between two samples."""
+    return {role: round((after[role] - before.get(role, 0.0)) * 1e6 / max(rows, 1), 1) for role in sorted(after)}
+
+
+def baseline(box: Sandbox) -> tuple[float, dict[str, float]]:
+    """rows/s of one streamed SELECT * rendered as SNAPSHOT data, in this process, and CPU µs per row
+    (this process, the source server)."""
     conv = dict(pymysql.converters.encoders)
     conn = pymysql.connect(host="127.0.0.1", port=box.source.port, user="root", password="", conv=conv,
                            charset="utf8mb4", cursorclass=pymysql.cursors.SSCursor)
@@ -68,6 +87,7 @@ def baseline(box: Sandbox) -> float:
         columns = read_columns(cur, "bench_a", "t")
     image = ImageRenderer.of_text([(c.name, text_renderer(c.data_type, c.fsp, c.binary)) for c in columns])
     started = time.perf_counter()
+    cpu0 = {**server_cpu(box), "select": time.process_time()}
     rows = 0
     with conn.cursor() as cur:
         cur.execute("SELECT * FROM bench_a.t")
@@ -75,8 +95,10 @@ def baseline(box: Sandbox) -> float:
             _data = '{"NEW":' + image.row_json(row) + "}"
             rows += 1
     seconds = time.perf_counter() - started
+    cpu1 = {**server_cpu(box), "select": time.process_time()}
     conn.close()
-    return rows / seconds
+    cpu1.pop("dc_server")
+    return rows / seconds, per_row_us(cpu0, cpu1, rows)
 
 
 class Probe(threading.Thread):
@@ -117,9 +139,10 @@ def lags(box: Sandbox, channel: str, poller: CheckpointPoller, commits: dict[int
     return out
 
 
-def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path) -> dict[str, Any]:
+def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
+            profile_dir: Path | None = None) -> dict[str, Any]:
     fill(box, rows)
-    plain = baseline(box)
+    plain, plain_cpu = baseline(box)
     probe0 = Probe(box)
     probe0.start()
     time.sleep(3)
@@ -132,7 +155,7 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path)
         start = master_position(conn)
     new_channel(box.dc, box.source, channel, start, ChannelDefaults(snapshot_readers=readers),
                 ("bench_a.*", "bench_lag.*"))
-    gate = GateProcess(box.dc, channel, workdir)
+    gate = GateProcess(box.dc, channel, workdir, profile_dir=profile_dir)
     poller = CheckpointPoller(box.dc, channel)
     commits_file = workdir / f"lag_{rows}.json"
     busy0 = machine_busy()
@@ -148,6 +171,7 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path)
             str(commits_file)))
         with box.dc.connect(channel) as conn, conn.cursor() as cur:
             requested = time.time()
+            cpu0 = {**server_cpu(box), **gate.monitor.snapshot_cpu()}
             cur.execute("INSERT INTO gate_snapshot (dbname, tablename, reason) VALUES ('bench_a', 't', 'benchmark')")
             loader.start()
             while True:
@@ -158,6 +182,9 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path)
                 gate.check()
                 time.sleep(0.05)
             took = time.time() - requested
+            cur.execute("SELECT TIMESTAMPDIFF(MICROSECOND, started_at, finished_at) / 1e6 FROM gate_snapshot")
+            running = float(cur.fetchone()[0])
+            cpu1 = {**server_cpu(box), **gate.monitor.snapshot_cpu()}
         stalls = probe.stop()
         busy1 = machine_busy()
         loader.join()
@@ -172,11 +199,13 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path)
         "rows": rows, "state": state, "snapshot_rows": done_rows, "seconds": round(took, 2),
         "snapshot_rows_per_s": round(done_rows / took), "select_rows_per_s": round(plain),
         "ratio": round(done_rows / took / plain, 2),
+        "running_seconds": round(running, 2), "running_ratio": round(done_rows / running / plain, 2),
         "probe_max_ms_quiet": round(max(quiet) * 1000, 1), "probe_max_ms_during": round(max(stalls) * 1000, 1),
         "probe_p99_ms_during": round(percentile(stalls, 99) * 1000, 1),
         "peak_rss_mb": round(sample.peak_tree_rss / MB), "peak_main_rss_mb": round(sample.peak_main_rss / MB),
         "lag_p99_s": round(percentile(lag, 99), 3) if lag else None, "lag_rows": len(lag),
         "machine_busy_percent": round(busy_percent(busy0, busy1)),
+        "select_cpu_us_per_row": plain_cpu, "snapshot_cpu_us_per_row": per_row_us(cpu0, cpu1, done_rows),
     }
 
 
@@ -186,10 +215,13 @@ def main() -> int:
     parser.add_argument("--readers", type=int, default=ChannelDefaults().snapshot_readers)
     parser.add_argument("--lag-rate", type=int, default=2000, help="rows/s of the paced load (0: none)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profile-dir", type=Path, help="cProfile gate's processes into this folder")
+    parser.add_argument("--dc-option", action="append", default=[],
+                        help="an extra mariadbd option for the DC server, e.g. --dc-option=--innodb-log-file-size=256M")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="gate-snapbench-") as tmp:
-        box = Sandbox(Path(tmp) / "sandbox", with_standby=False)
+        box = Sandbox(Path(tmp) / "sandbox", with_standby=False, dc_args=tuple(args.dc_option))
         box.up()
         try:
             with box.source.connect() as conn, conn.cursor() as cur:
@@ -197,7 +229,7 @@ def main() -> int:
                 cur.execute("CREATE TABLE bench_probe.p (id INT PRIMARY KEY, n INT)")
                 cur.execute("INSERT INTO bench_probe.p VALUES (1, 0)")
             for rows in sorted(args.rows):
-                result = measure(box, rows, args.readers, args.lag_rate, Path(tmp))
+                result = measure(box, rows, args.readers, args.lag_rate, Path(tmp), args.profile_dir)
                 results.append(result)
                 print(json.dumps(result), flush=True)
         finally:
