@@ -54,6 +54,10 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
     thread.start()
     try:
         yield pipeline
+    except BaseException as exc:  # e.g. a wait that timed out because the pipeline had stopped with an error
+        if errors:
+            exc.add_note(f"the pipeline had stopped with: {errors[0]!r}")
+        raise
     finally:
         pipeline.stop()
         thread.join(timeout=60)
