@@ -209,6 +209,15 @@ class GateProcess:
             raise RuntimeError(f"gate exited with code {self.proc.returncode}; see {self.log}:\n"
                                + self.log.read_text()[-3000:])
 
+    def wait_position(self, poller: CheckpointPoller, end: Position, timeout: float = 120.0) -> None:
+        """Until the channel's checkpointed position (as ``poller`` sees it) reaches ``end``."""
+        deadline = time.time() + timeout
+        while poller.position is None or poller.position < end:
+            self.check()
+            if time.time() > deadline:
+                raise RuntimeError(f"gate did not catch up within {timeout:.0f} s; see {self.log}")
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 120.0) -> TreeSample:
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGTERM)
@@ -321,12 +330,7 @@ def run_lag(box: Sandbox, workdir: Path, seconds: float, rate: int, rows_per_txn
         load_wall = time.time() - t_load
         with box.source.connect() as conn:
             end = master_position(conn)
-        deadline = time.time() + 120
-        while poller.position is None or poller.position < end:
-            gate.check()
-            if time.time() > deadline:
-                raise RuntimeError(f"gate did not catch up within 120 s; see {gate.log}")
-            time.sleep(0.05)
+        gate.wait_position(poller, end)
         time.sleep(0.05)
         wall = time.time() - t_load
         cpu_gate = gate.monitor.snapshot_cpu()

@@ -185,12 +185,7 @@ def phase(box: Sandbox, workdir: Path, mode: str, args: argparse.Namespace) -> d
         load_wall = time.time() - t0
         with box.source.connect() as conn:
             end = master_position(conn)
-        deadline = time.time() + 120
-        while poller.position is None or poller.position < end:
-            gate.check()
-            if time.time() > deadline:
-                raise RuntimeError(f"gate did not catch up within 120 s; see {gate.log}")
-            time.sleep(0.05)
+        gate.wait_position(poller, end)
         dc_cpu, busy = mariadbd_cpu(box.dc) - dc_cpu0, busy_percent(busy0, machine_busy())
     finally:
         stop.set()
