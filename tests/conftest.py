@@ -6,6 +6,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pymysql
 import pytest
@@ -16,7 +17,20 @@ from gate.cli import main
 from gate.devtools.sandbox import Sandbox
 from tests.replay import STARTED
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 _names = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark per test module that asks for it (Spark is imported only then)."""
+    from spark_readers.session import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

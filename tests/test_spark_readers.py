@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,19 +24,12 @@ from spark_readers.image import read_image
 from spark_readers.load import CURSOR_FILE, Increment, OutputDir, load, read_increments
 from spark_readers.materialise import column_default, materialise
 from spark_readers.measure import measure
-from spark_readers.session import ChannelSource, spark_session
+from spark_readers.session import ChannelSource
 from tests.replay import make_channel, running, wait_caught_up
 from tests.test_client import channel
 from tests.test_retention import ids, move, ok, rows
 
 Gate = Callable[..., Result]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,18 +30,11 @@ from spark_readers.image import POINTER, read_image
 from spark_readers.incremental import read_increment
 from spark_readers.materialise import ImageUpdater, materialise_channel
 from spark_readers.package import build_zip
-from spark_readers.session import ChannelSource, spark_session
+from spark_readers.session import ChannelSource
 from spark_readers.source import transaction_end
 from tests.replay import make_channel
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @dataclass(frozen=True)
