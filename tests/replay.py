@@ -106,8 +106,9 @@ def wait_row(dc: MariaDBServer, channel: str, sql: str, timeout: float = 30.0) -
 
 
 def wait_sampled(dc: MariaDBServer, channel: str) -> None:
-    """Until gate has taken a standby sample: a switch needs one older than the last transaction."""
-    wait_row(dc, channel, "SELECT 1 FROM gate_standby_sample")
+    """Until gate holds a standby sample two seconds old: a switch needs one older than the last transaction's
+    time minus the margin (1 s in the tests), and samples and transaction times are whole seconds."""
+    wait_row(dc, channel, "SELECT 1 FROM gate_standby_sample WHERE sampled_at <= UNIX_TIMESTAMP() - 2")
 
 
 def wait_caught_up(source: MariaDBServer, dc: MariaDBServer, channel: str, timeout: float = 60.0) -> tuple[int, int]:

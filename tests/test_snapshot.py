@@ -33,6 +33,7 @@ from tests.replay import (
     wait_caught_up,
     wait_row,
     wait_running,
+    wait_sampled,
 )
 from tests.test_metrics import free_port, scrape, value, wait_status
 from tests.test_type_matrix import (
@@ -383,9 +384,7 @@ def test_failover_in_the_middle_of_a_snapshot(make_sandbox: Callable[..., Sandbo
                                                failover_margin_seconds=1.0, snapshot_chunk_rows=5,
                                                snapshot_chunk_seconds=0.01))
     with running(dc, "snapfo"):
-        # a switch needs a sample older than the last transaction's time minus the margin (1 s); samples
-        # and transaction times are whole seconds, so wait for one two seconds old
-        wait_row(box.dc, "snapfo", "SELECT 1 FROM gate_standby_sample WHERE sampled_at <= UNIX_TIMESTAMP() - 2")
+        wait_sampled(box.dc, "snapfo")
         snap_id = request(box.dc, "snapfo", "d", "t")
         with box.source.connect() as conn, conn.cursor() as cur:
             for n in range(40):
