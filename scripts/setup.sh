@@ -19,6 +19,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    # No init system here (containers, CI): a package's maintainer script that tries to start its service
+    # (mariadb, prometheus) must not fail the install. policy-rc.d answering 101 tells invoke-rc.d "do not
+    # start"; it is removed on exit if this script put it there. Tests and the demo start their own servers.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+        placed=1
+        trap '$sudo rm -f "$policy"' EXIT
+    fi
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
