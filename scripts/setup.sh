@@ -26,7 +26,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
         $sudo chmod 755 "$policy"
-        placed=1
         trap '$sudo rm -f "$policy"' EXIT
     fi
     $sudo apt-get update -qq
