@@ -21,11 +21,15 @@ def _load(name: str) -> Any:
     return json.loads((RESULTS / name).read_text())
 
 
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def bars(title: str, unit: str, groups: list[str], series: dict[str, list[float]]) -> str:
     """Grouped horizontal bars: ``series`` maps a legend entry to one value per group."""
     top = 56
     height = top + len(groups) * (len(series) * _BAR + _GAP) + 10
-    scale = (_WIDTH - _LABEL - 90) / max(max(values) for values in series.values())
+    scale = (_WIDTH - _LABEL - 130) / max(max(values) for values in series.values())
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
            f'font-family="sans-serif" font-size="12">',
            f'<text x="0" y="16" font-size="14" font-weight="bold">{escape(title)}</text>']
@@ -39,7 +43,7 @@ def bars(title: str, unit: str, groups: list[str], series: dict[str, list[float]
         for i, values in enumerate(series.values()):
             width = values[g] * scale
             out.append(f'<rect x="{_LABEL}" y="{y}" width="{width:.1f}" height="{_BAR - 3}" fill="{COLOURS[i]}"/>'
-                       f'<text x="{_LABEL + width + 4:.1f}" y="{y + _BAR - 6}">{values[g]:,.4g} {escape(unit)}</text>')
+                       f'<text x="{_LABEL + width + 4:.1f}" y="{y + _BAR - 6}">{_number(values[g])} {escape(unit)}</text>')
             y += _BAR
         y += _GAP
     out.append("</svg>")

@@ -51,17 +51,22 @@ def _type_name(kind: Any) -> str:
     return {"Secret": "password", "str": "text", "int": "whole number", "float": "number"}.get(text, text)
 
 
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value == int(value) else f"{value:g}"
+
+
 def _default(field: Any) -> str:
     value = field.default_factory() if field.default is MISSING else field.default
-    return f"`{getattr(value, 'as_written', lambda: value)()}`"
+    text = getattr(value, "as_written", lambda: value)()
+    return f"`{text}`" if text != "" else "empty"
 
 
-def settings() -> str:
+def settings(comments: dict[str, str] | None = None) -> str:
     """Every key of config.yaml: type, built-in default and range from gate.common.config, meaning from the
-    comments of the shipped config.yaml."""
+    comments of the shipped config.yaml (or ``comments``, as :func:`_yaml_comments` gives them)."""
     from gate.common.config import LIMITS, Config
 
-    comments = _yaml_comments()
+    comments = _yaml_comments() if comments is None else comments
     out: list[str] = []
     for section in (f for f in fields(Config) if f.name != "path"):
         out += [f"### `{section.name}`", "", comments.get(section.name, ""), "",
@@ -74,7 +79,7 @@ def settings() -> str:
             if stated and (float(stated.group(1)), float(stated.group(2))) != (low, high):
                 raise DocsDrift(f"config.yaml says {key} ranges {stated.group(1)} to {stated.group(2)}, "
                                 f"gate.common.config.LIMITS says {low} to {high}: correct the comment.")
-            limits = f"{low:g} to {high:g}" if low is not None and high is not None else ""
+            limits = f"{_number(low)} to {_number(high)}" if low is not None and high is not None else ""
             out.append(f"| `{field.name}` | {_type_name(field.type)} | {_default(field)} | {limits} "
                        f"| {_RANGE.sub('', meaning)} |")
         out.append("")
