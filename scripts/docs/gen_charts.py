@@ -54,20 +54,22 @@ def _workloads(name: str) -> dict[str, Any]:
     return dict(_load(name)["workloads"])
 
 
+def _against_baseline(title: str, unit: str, baseline: str, gate: str) -> str:
+    """One bar each for the bare reader's figure ``baseline`` and gate's figure ``gate`` per workload."""
+    runs = _workloads("compiled-decoders-quiet.json").values()
+    return bars(title, unit, [w["workload"] for w in runs],
+                {"bare reader (baseline)": [w["baseline"][baseline] for w in runs],
+                 "gate": [w["gate"][gate] for w in runs]})
+
+
 def throughput() -> str:
-    runs = _workloads("compiled-decoders-quiet.json")
-    return bars("Rows per second, gate against the bare binlog reader (quiet machine)", "rows/s",
-                [w["workload"] for w in runs.values()],
-                {"bare reader (baseline)": [w["baseline"]["rows_per_s"] for w in runs.values()],
-                 "gate": [w["gate"]["rows_per_s"] for w in runs.values()]})
+    return _against_baseline("Rows per second, gate against the bare binlog reader (quiet machine)", "rows/s",
+                             "rows_per_s", "rows_per_s")
 
 
 def cpu() -> str:
-    runs = _workloads("compiled-decoders-quiet.json")
-    return bars("CPU microseconds per row (all of gate's processes)", "µs",
-                [w["workload"] for w in runs.values()],
-                {"bare reader (baseline)": [w["baseline"]["cpu_us_per_row"] for w in runs.values()],
-                 "gate": [w["gate"]["cpu_us_per_row_gate"] for w in runs.values()]})
+    return _against_baseline("CPU microseconds per row (all of gate's processes)", "µs",
+                             "cpu_us_per_row", "cpu_us_per_row_gate")
 
 
 def ratio_history() -> str:
