@@ -62,6 +62,10 @@ def test_the_site_builds_in_strict_mode_with_the_generated_parts(tmp_path: Path)
     config = (tmp_path / "dba" / "config.html").read_text()
     assert "<td><code>snapshot_chunk_rows</code></td>" in config and "<td>1 to 1,000,000</td>" in config
     assert "<td><code>optype</code></td>" in (tmp_path / "reference" / "dc-format.html").read_text()
+    external = [f"{page.name}: {url}" for page in tmp_path.rglob("*.html")
+                for url in re.findall(r'(?:src|href)="(https?://[^"]+)"', page.read_text())
+                if re.search(r"\.(js|css|woff2?|ttf|png|svg)$|fonts\.|unpkg|analytics", url)]
+    assert external == [], "the site must load nothing from the network"
     svg = (tmp_path / "img" / "bench-throughput.svg").read_text()
     assert svg.startswith("<svg") and "a: inserts, 100-row txns" in svg
 
