@@ -1,4 +1,4 @@
-.PHONY: setup demo lint test
+.PHONY: setup demo lint test docs
 
 # Every target sets up what it needs first (scripts/setup.sh: system packages, .venv).
 setup:
@@ -15,3 +15,7 @@ lint: setup
 # The lint, then the tests. make test ARGS="-k channel" passes arguments to pytest.
 test: lint
 	.venv/bin/python -m pytest -q $(ARGS)
+
+# The documentation site into site/ (open site/index.html): offline, strict (a warning fails it).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict

@@ -1,5 +1,5 @@
 -- The DC contract (public interface): the two tables applications read.
--- Change only by adding, and document every addition in README.md.
+-- Change only by adding, and document every addition in docs/reference/dc-format.md (its tables are generated from this file).
 CREATE TABLE IF NOT EXISTS transfer_data (
   id            BIGINT UNSIGNED NOT NULL COMMENT 'one per changed row or DDL statement, from 1, gap-free, binlog order',
   tid           BIGINT UNSIGNED NOT NULL COMMENT 'one per source transaction, from 1, gap-free',
@@ -7,7 +7,7 @@ CREATE TABLE IF NOT EXISTS transfer_data (
   tablename     VARCHAR(64)     NOT NULL COMMENT 'table of the change',
   create_time   TIMESTAMP       NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT 'when the event was executed on the source',
   instance_name VARCHAR(64)     NOT NULL COMMENT 'host:port of the server the event was read from',
-  optype        VARCHAR(64)     NOT NULL COMMENT 'INSERT UPDATE DELETE TRUNCATE ALTERTABLE RENAME CREATETABLE DROPTABLE',
+  optype        VARCHAR(64)     NOT NULL COMMENT 'INSERT UPDATE DELETE TRUNCATE ALTERTABLE RENAME CREATETABLE DROPTABLE SNAPSHOTSTART SNAPSHOT SNAPSHOTEND',
   data          LONGTEXT        NULL     COMMENT 'JSON: NEW/OLD row images or the DDL payload',
   PRIMARY KEY (id, tid),
   KEY idx_dbname_tablename (dbname, tablename),

@@ -60,7 +60,7 @@ DDL_SCHEMA = StructType([
         StructField("id", LongType()), StructField("reason", StringType()), StructField("key", _TEXTS),
         StructField("rows", LongType()), StructField("state", StringType())])),
 ])
-"""Every key gate writes into a non-row payload (the README's DC format, plus LIKE, DROPTABLE, SQL and the
+"""Every key gate writes into a non-row payload (docs/reference/dc-format.md, plus LIKE, DROPTABLE, SQL and the
 snapshot markers; SELECT is in the CREATE TABLE ... SELECT rows of older gates)."""
 
 _IMAGE = MapType(StringType(), StringType())

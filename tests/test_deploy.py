@@ -24,7 +24,7 @@ UNIT = ROOT / "deploy" / "systemd" / "gate@.service"
 RULES = ROOT / "deploy" / "prometheus" / "gate-rules.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "gate-rules.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "gate-dashboard.json"
-INSTALLED_GATE = "/opt/gate/bin/gate"  # where the unit expects gate (README.md, Running many channels)
+INSTALLED_GATE = "/opt/gate/bin/gate"  # where the unit expects gate (docs/operations/systemd.md)
 # The series retention serves (its contract with the alert rules and the dashboard).
 RETENTION_SERIES = {
     "gate_consumer_cursor_id", "gate_consumer_lag_rows", "gate_consumer_last_move_timestamp_seconds",

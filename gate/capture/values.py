@@ -1,4 +1,4 @@
-"""Row values as text: what the MySQL client shows for ``SELECT col`` (the README's value table).
+"""Row values as text: what the MySQL client shows for ``SELECT col`` (docs/reference/dc-format.md, "Row changes").
 
 python-mysql-replication decodes each row image into Python values; this module turns them into the
 strings of the DC's JSON. An :class:`ImageRenderer` is built once per table map and holds one small

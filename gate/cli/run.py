@@ -53,7 +53,7 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     With --metrics-port (or the channel's metrics_port), gate serves its figures in the Prometheus
     text format on /metrics, /healthz (503 when stuck: no progress for stuck_after_seconds while
     there is work) and /readyz (503 unless connected to the source and the DC with the lag under
-    ready_lag_seconds); see README.md, Monitoring.
+    ready_lag_seconds); see docs/operations/monitoring.md.
 
     Example:
 

@@ -41,7 +41,7 @@ the pool of a SQLAlchemy engine (or URL) ``mysql+pymysql://user:password@host:po
 :mod:`gate.consume.link`); rows and cursors are the same either way.
 
 Privileges: an unnamed consumer needs SELECT on ``transfer_data`` and ``transfer_checkpoint``; a
-named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see README.md, "Reading a channel").
+named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see docs/consumers/index.md, "Privileges").
 """
 
 from __future__ import annotations

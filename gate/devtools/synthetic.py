@@ -3,7 +3,7 @@ applying them holds: for tests and benchmarks of readers (Spark) without capturi
 
 :class:`SyntheticChannel` hands out ids and tids like gate (gap-free, one tid per transaction,
 consecutive ids) and moves transfer_checkpoint to the end of each transaction it writes.
-:class:`ImageModel` applies rows the way the README's consumer rules say (INSERT, UPDATE, SNAPSHOT
+:class:`ImageModel` applies rows the way docs/consumers/spark.md's image rules say (INSERT, UPDATE, SNAPSHOT
 upsert by key, a key change moves the row, DELETE removes, TRUNCATE and SNAPSHOTSTART empty the table,
 RENAME moves it, DROPTABLE removes it, ADD COLUMN gives existing rows the column's default, DROP
 COLUMN removes it). :class:`RandomHistory` writes random transactions of every optype (snapshots
