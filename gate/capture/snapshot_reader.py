@@ -88,6 +88,7 @@ class Chunk:
     clock: int = 0  # the source's UNIX_TIMESTAMP() in the chunk's transaction
     next_rows: int = 0  # the page size that would take the target time
     seconds: float = 0.0
+    estimate: int | None = None  # the first chunk's: the source's TABLE_ROWS for the table when it started
 
 
 def encode_key(key: Key | None) -> str | None:
@@ -132,6 +133,14 @@ def read_columns(cur: pymysql.cursors.Cursor, db: str, table: str) -> list[Colum
         (db, table))
     return [Column(name, nullable, key, ctype, dtype, int(fsp), binary in (1, "1"))
             for name, nullable, key, ctype, dtype, fsp, binary in cur.fetchall()]
+
+
+def rows_estimate(cur: pymysql.cursors.Cursor, db: str, table: str) -> int | None:
+    """The source's information_schema TABLE_ROWS of the table: exact for MyISAM, an estimate for InnoDB."""
+    cur.execute("SELECT table_rows FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                (db, table))
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
@@ -228,6 +237,7 @@ class Reader:
             selected.append(column)
             plan.append((column.name, text_renderer(column.data_type, column.fsp, column.binary, self.tz,
                                                     self.binary_format, chain(hits, keys))))
+        estimate = rows_estimate(cur, task.db, task.table) if task.bound is None else None
         stale = 0
         while True:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -290,7 +300,7 @@ class Reader:
         target = task.rows * self.chunk_seconds / max(seconds, 1e-3)
         next_rows = int(min(self.max_rows, max(self.min_rows, task.rows / 2, min(target, task.rows * 2))))
         return Chunk("rows", data=data, columns=[c.describe() for c in selected], key=key, bound=bound, last=last,
-                     done=done, clock=int(clock), next_rows=next_rows, seconds=seconds)
+                     done=done, clock=int(clock), next_rows=next_rows, seconds=seconds, estimate=estimate)
 
     def _image(self, plan: list[tuple[str, Any]]) -> ImageRenderer:
         marker = tuple(name for name, _ in plan)
