@@ -508,3 +508,29 @@ def test_status_shows_the_sources_row_estimate_from_the_start(sandbox: Sandbox, 
     row, line = shown()
     assert (row["id"], row["state"], row["rows_done"], row["rows_estimate"]) == (snap_id, "done", 60000, estimate)
     assert line.split()[2:6] == ["done", "test", f"60000/{estimate}", str(row["chunks_done"])]
+
+
+def test_keys_selected_as_bytes_page_in_the_columns_own_order(sandbox: Sandbox, unique_name: str,
+                                                              source_db: str) -> None:
+    """A UUID key and a latin1 key whose case-insensitive order is not their bytes' order, read in chunks of
+    7: the pages compare the key as it is, so every row comes once, as the text of its INSERT row."""
+    db = source_db
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=SMALL)
+    words = [f"{c}{n:02d}é" for n in range(20) for c in ("a", "B", "c", "D")]
+    with running(dc, unique_name), sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE uuidkey (u UUID PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO uuidkey SELECT UUID(), seq FROM seq_1_to_50")
+        cur.execute("CREATE TABLE l1key (k VARCHAR(10) CHARACTER SET latin1 PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO l1key VALUES " + ", ".join(["(%s, %s)"] * len(words)),
+                    [x for n, word in enumerate(words) for x in (word, n)])
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        ids = [request(sandbox.dc, unique_name, db, table) for table in ("uuidkey", "l1key")]
+        for snap_id in ids:
+            assert wait_finished(sandbox.dc, unique_name, snap_id) == ("done", None)
+    rows = dc_rows(sandbox.dc, unique_name)
+    for table, count in (("uuidkey", 50), ("l1key", len(words))):
+        inserted = sorted(r[7] for r in rows if r[3] == table and r[6] == "INSERT")
+        snapped = sorted(r[7] for r in rows if r[3] == table and r[6] == "SNAPSHOT")
+        assert len(inserted) == count and snapped == inserted, table
+    assert sorted(json.loads(r[7])["NEW"][0]["k"] for r in rows if r[3] == "l1key" and r[6] == "SNAPSHOT") == (
+        sorted(words))
