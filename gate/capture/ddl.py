@@ -31,6 +31,7 @@ from gate.capture.ddl_tokens import (
     starts_query,
     word,
 )
+from gate.capture.redact import redact_secrets
 
 
 @dataclass(frozen=True)
@@ -318,8 +319,10 @@ def parse_ddl(statement: str, default_db: str, describe: ColumnDescriber | None 
     default_db is the session's database, used for unqualified names; describe, if given,
     supplies the columns of ``CREATE TABLE ... LIKE``. (``CREATE TABLE ... SELECT`` reaches the binlog as
     such only in statement format, which gate refuses: it is modelled with the columns it lists, if any.)
-    A table statement that cannot be modelled becomes ``ALTERTABLE {"OTHERS": [statement]}``.
+    A table statement that cannot be modelled becomes ``ALTERTABLE {"OTHERS": [statement]}``. The
+    statement's passwords are masked first (:func:`gate.capture.redact.redact_secrets`): no payload holds one.
     """
+    statement = redact_secrets(statement)
     toks, code = lex(statement)
     ctx = Context(statement, code, default_db, describe)
     cur = Cursor(toks, ctx)
