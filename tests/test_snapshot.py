@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import threading
 import time
@@ -463,3 +464,73 @@ def test_metrics_show_running_snapshots_and_their_rows(sandbox: Sandbox, unique_
     assert value(figures, "gate_rows_written_total", unique_name, optype="SNAPSHOT") == 60
     assert value(figures, "gate_rows_written_total", unique_name, optype="SNAPSHOTSTART") == 1
 
+
+
+def test_status_shows_the_sources_row_estimate_from_the_start(sandbox: Sandbox, unique_name: str, source_db: str,
+                                                              gate: Callable[..., Any]) -> None:
+    """rows_estimate is the source's information_schema TABLE_ROWS when the table's snapshot started (the DC
+    has no such table), shown with a percentage while the snapshot runs and kept once it is done."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))")
+        cur.execute("INSERT INTO t SELECT seq, REPEAT('x', 40) FROM seq_1_to_60000")
+        cur.execute("ANALYZE TABLE t")
+        cur.fetchall()
+        cur.execute("SELECT table_rows FROM information_schema.tables WHERE table_schema = %s AND table_name = 't'",
+                    (db,))
+        estimate = int(cur.fetchone()[0])
+    assert estimate > 0
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
+        snapshot_chunk_rows=50, snapshot_chunk_seconds=0.01))
+
+    def shown() -> tuple[dict[str, Any], str]:
+        snapshots = json.loads(gate("--json", "snapshot", unique_name, "--status").stdout)["snapshots"]
+        lines = gate("snapshot", unique_name, "--status").stdout.splitlines()
+        assert len(snapshots) == 1 and len(lines) == 2
+        return snapshots[0], lines[1]
+
+    snap_id = request(sandbox.dc, unique_name, db, "t")
+    row, line = shown()
+    assert (row["state"], row["rows_done"], row["rows_estimate"]) == ("requested", 0, None)
+    assert line.split()[4] == "0/?"
+    with running(dc, unique_name):
+        deadline = time.monotonic() + 60
+        while not (row["state"] == "running" and row["rows_done"] > 0):
+            assert row["state"] != "done", "the snapshot ended before --status saw it run"
+            assert time.monotonic() < deadline, f"snapshot still {row} after 60 s"
+            row, line = shown()
+        assert row["rows_estimate"] == estimate
+        cell = re.search(r"(\d+)/(\d+) (\d+)%", line)
+        assert cell is not None, line
+        done = int(cell[1])
+        assert (int(cell[2]), int(cell[3])) == (estimate, 100 * done // estimate) and 0 < done < 60000
+        assert wait_finished(sandbox.dc, unique_name, snap_id) == ("done", None)
+    row, line = shown()
+    assert (row["id"], row["state"], row["rows_done"], row["rows_estimate"]) == (snap_id, "done", 60000, estimate)
+    assert line.split()[2:6] == ["done", "test", f"60000/{estimate}", str(row["chunks_done"])]
+
+
+def test_keys_selected_as_bytes_page_in_the_columns_own_order(sandbox: Sandbox, unique_name: str,
+                                                              source_db: str) -> None:
+    """A UUID key and a latin1 key whose case-insensitive order is not their bytes' order, read in chunks of
+    7: the pages compare the key as it is, so every row comes once, as the text of its INSERT row."""
+    db = source_db
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=SMALL)
+    words = [f"{c}{n:02d}é" for n in range(20) for c in ("a", "B", "c", "D")]
+    with running(dc, unique_name), sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE uuidkey (u UUID PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO uuidkey SELECT UUID(), seq FROM seq_1_to_50")
+        cur.execute("CREATE TABLE l1key (k VARCHAR(10) CHARACTER SET latin1 PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO l1key VALUES " + ", ".join(["(%s, %s)"] * len(words)),
+                    [x for n, word in enumerate(words) for x in (word, n)])
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        ids = [request(sandbox.dc, unique_name, db, table) for table in ("uuidkey", "l1key")]
+        for snap_id in ids:
+            assert wait_finished(sandbox.dc, unique_name, snap_id) == ("done", None)
+    rows = dc_rows(sandbox.dc, unique_name)
+    for table, count in (("uuidkey", 50), ("l1key", len(words))):
+        inserted = sorted(r[7] for r in rows if r[3] == table and r[6] == "INSERT")
+        snapped = sorted(r[7] for r in rows if r[3] == table and r[6] == "SNAPSHOT")
+        assert len(inserted) == count and snapped == inserted, table
+    assert sorted(json.loads(r[7])["NEW"][0]["k"] for r in rows if r[3] == "l1key" and r[6] == "SNAPSHOT") == (
+        sorted(words))

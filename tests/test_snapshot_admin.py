@@ -221,12 +221,12 @@ def test_status_shows_each_tables_latest_snapshot(gate: Gate, sandbox: Sandbox, 
     assert as_json == {"channel": name, "gate_running": False, "snapshots": [running, *pending]}
     text = gate("snapshot", name, "--status").stdout
     assert text.splitlines() == [
-        "id  table" + " " * (len(db) + 9) + "state      reason         rows      chunks  started                  "
+        "id  table" + " " * (len(db) + 9) + "state      reason         rows          chunks  started                  "
         "finished  message",
-        f"2   {db}.a            running    gate snapshot  500/2000  1       2026-01-02 04:00:01.250  -         "
+        f"2   {db}.a            running    gate snapshot  500/2000 25%  1       2026-01-02 04:00:01.250  -         "
         "restarted after a DC error",
-        f"3   {db}.order_items  requested  gate snapshot  0/?       0       -                        -         -",
-        f"4   {db}.orders       requested  gate snapshot  0/?       0       -                        -         -"]
+        f"3   {db}.order_items  requested  gate snapshot  0/?           0       -                        -         -",
+        f"4   {db}.orders       requested  gate snapshot  0/?           0       -                        -         -"]
     assert json.loads(gate("--json", "snapshot", name, "--status", "--table", "*.order*").stdout)["snapshots"] == (
         pending)
 
@@ -244,11 +244,11 @@ def test_status_shows_each_tables_latest_snapshot(gate: Gate, sandbox: Sandbox, 
     assert "snapshots                   2" in lines
     assert lines[-4:] == [
         "snapshots:",
-        "id  table" + " " * (len(db) + 9) + "state      reason         rows      chunks  started                  "
+        "id  table" + " " * (len(db) + 9) + "state      reason         rows          chunks  started                  "
         "finished  message",
-        f"2   {db}.a            running    gate snapshot  500/2000  1       2026-01-02 04:00:01.250  -         "
+        f"2   {db}.a            running    gate snapshot  500/2000 25%  1       2026-01-02 04:00:01.250  -         "
         "restarted after a DC error",
-        f"3   {db}.order_items  requested  gate snapshot  0/?       0       -                        -         -"]
+        f"3   {db}.order_items  requested  gate snapshot  0/?           0       -                        -         -"]
 
 
 def test_cancel_follows_the_contract(gate: Gate, sandbox: Sandbox, unique_name: str, source_db: str) -> None:
@@ -334,13 +334,14 @@ def test_status_on_a_terminal_draws_progress_until_the_snapshots_end(
          "INSERT INTO gate_snapshot (id, dbname, tablename, reason, state, started_at, rows_done, rows_estimate) "
          f"VALUES (1, '{db}', 'a', 'gate snapshot', 'running', NOW(3), 10, 40)")
     watcher = Watcher(gate_config, name)
-    watcher.wait_for("10/40")
+    watcher.wait_for("25%")
     _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 30 WHERE id = 1")
-    watcher.wait_for("30/40")
+    watcher.wait_for("75%")
     _set(sandbox, name, "UPDATE gate_snapshot SET rows_done = 41, state = 'done', finished_at = NOW(3) WHERE id = 1")
     status, shown, errors = watcher.end()
     assert (status, errors) == (0, "")
     assert f"1 {db}.a running" in shown and f"1 {db}.a done" in shown and "41/41" in shown
+    assert "10/40 rows  25%" in shown and "30/40 rows  75%" in shown
     last = shown.rstrip("\n").split("\n")[-2:]
     assert [line.split()[:6] for line in last] == [
         ["id", "table", "state", "reason", "rows", "chunks"], ["1", f"{db}.a", "done", "gate", "snapshot", "41/40"]]

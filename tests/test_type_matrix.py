@@ -1,8 +1,9 @@
 """Every column type through a real binlog: gate's text equals the source's own ``SELECT``.
 
 The expected text comes from the source itself, right after each statement: ``CAST(col AS CHAR)``,
-the raw bytes of binary columns (then base64 or hex), ``col+0`` for BIT. So the NEW images of inserts
-and updates and the OLD images of updates and deletes are all checked, row by row, column by column.
+the bytes (``CAST(col AS BINARY)``) of binary columns, UUID, INET6 and text in a character set Python
+has no codec for (then base64 or hex), ``col+0`` for BIT. So the NEW images of inserts and updates
+and the OLD images of updates and deletes are all checked, row by row, column by column.
 
 Most tests read the binlog here with gate's renderer; test_every_type_through_a_running_channel sends the
 same tables and values through a running channel (reader, translate, sequencer, writer processes) and
@@ -42,7 +43,7 @@ UTF8 = "CHARACTER SET utf8mb4"
 LATIN1 = "CHARACTER SET latin1"
 BIT_WIDTHS = (1, 7, 8, 9, 10, 31, 33, 63, 64)
 
-# (name, definition, how the source shows it: "char" = CAST(col AS CHAR), "bytes" = raw, "bit" = col+0)
+# (name, definition, how the source shows it: "char" = CAST(col AS CHAR), "bytes" = CAST(col AS BINARY), "bit" = col+0)
 COLUMNS: list[tuple[str, str, str]] = [
     ("id", "INT NOT NULL PRIMARY KEY", "char"),
     ("ti", "TINYINT", "char"), ("tiu", "TINYINT UNSIGNED", "char"),
@@ -69,6 +70,10 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("vc_32", "VARCHAR(20) CHARACTER SET utf32", "char"), ("vc_ucs2", "VARCHAR(20) CHARACTER SET ucs2", "char"),
     ("bn", "BINARY(4)", "bytes"), ("vb", "VARBINARY(300)", "bytes"), ("tb", "TINYBLOB", "bytes"),
     ("bl", "BLOB", "bytes"), ("mb", "MEDIUMBLOB", "bytes"), ("lb", "LONGBLOB", "bytes"),
+    ("uu", "UUID", "bytes"), ("ip6", "INET6", "bytes"),  # MariaDB's types: their bytes, as in the binlog
+    # character sets Python has no codec for (their bytes), and one whose codec decodes multi-byte text
+    ("vc_arm", "VARCHAR(20) CHARACTER SET armscii8", "bytes"), ("c_kbc", "CHAR(10) CHARACTER SET keybcs2", "bytes"),
+    ("tx_ejp", "TEXT CHARACTER SET eucjpms", "bytes"), ("vc_sj", "VARCHAR(20) CHARACTER SET sjis", "char"),
 ]
 NAMES = [name for name, _, _ in COLUMNS]
 EVERY_BYTE = bytes(range(256))
@@ -102,7 +107,8 @@ MIN_ROW = _fill(
     dt_="1000-01-01 00:00:00", ts_="1970-01-01 00:00:01", tm_="-838:59:59", dte="1000-01-01", yr=1901,
     bit_=0, en="a", st="x", js="{}", c_u="a", vc_u="a", tt_u="a", tx_u="a", mt_u="a",
     lt_u="a", c_l="a", vc_l="a", tx_l="a", mt_l="a", vc_16="a", vc_16le="a", vc_32="a", vc_ucs2="a",
-    bn=b"\x00", vb=b"", tb=b"", bl=b"", mb=b"", lb=b"",
+    bn=b"\x00", vb=b"", tb=b"", bl=b"", mb=b"", lb=b"", uu="00000000-0000-0000-0000-000000000000", ip6="::",
+    vc_arm="a", c_kbc="a", tx_ejp="a", vc_sj="a",
 )
 MAX_ROW = _fill(
     ti=127, tiu=255, si=32767, siu=65535, mi=8388607, miu=16777215, i=2147483647, iu=4294967295,
@@ -115,13 +121,15 @@ MAX_ROW = _fill(
     vc_l=TEXT_L * 10, tx_l=TEXT_L * 100, mt_l="é" * 70000, vc_16="héllo 😀 Ø ÿ", vc_16le="héllo 😀 Ø ÿ",
     vc_32="héllo 😀 Ø ÿ", vc_ucs2="héllo Ø ÿ €", bn=b"\x01\x02\x00\x00", vb=b"\x00\xff\x00" * 100,
     tb=EVERY_BYTE[:255], bl=EVERY_BYTE * 4, mb=EVERY_BYTE * 300, lb=EVERY_BYTE * 1000,
+    uu="ffffffff-ffff-ffff-ffff-ffffffffffff", ip6="ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", vc_arm="Հայերեն «ա»",
+    c_kbc="Žluťoučký", tx_ejp="日本語テキスト ①" * 100, vc_sj="ｱｲｳ 日本 ~",
 )
 ZERO_ROW = _fill(  # needs sql_mode='' for the zero dates, the invalid ENUM and the zero YEAR
     ti=0, tiu=0, si=0, siu=0, mi=0, miu=0, i=0, iu=0, bi=0, biu=0, dec10_2="0", dec65_30="0", dec5_0="0",
     dec5_5="0", f="0", db="-0", dt_="0000-00-00 00:00:00", ts_="0000-00-00 00:00:00", tm_="00:00:00",
     dte="0000-00-00", yr=0, bit_=0, en="", st="", js="[]", c_u="", vc_u="", tt_u="",
     tx_u="", mt_u="", lt_u="", c_l="", vc_l="", tx_l="", mt_l="", vc_16="", vc_16le="", vc_32="", vc_ucs2="",
-    bn=b"", vb=b"", tb=b"", bl=b"", mb=b"", lb=b"",
+    bn=b"", vb=b"", tb=b"", bl=b"", mb=b"", lb=b"", vc_arm="", c_kbc="", tx_ejp="", vc_sj="",
 )
 MIXED_ROWS = [
     _fill(
@@ -133,7 +141,8 @@ MIXED_ROWS = [
         c_u="ab  ", vc_u="trailing  ", tt_u=TEXT_U, tx_u=TEXT_U, mt_u=TEXT_U, lt_u=TEXT_U, c_l="Ça  ",
         vc_l=EVERY_BYTE, tx_l=EVERY_BYTE, mt_l=TEXT_L, vc_16="Ø", vc_16le="Ø", vc_32="Ø", vc_ucs2="Ø",
         bn=b"\x01", vb=b"\x00\x00\x00", tb=b"\x00",
-        bl=EVERY_BYTE, mb=EVERY_BYTE, lb=EVERY_BYTE,
+        bl=EVERY_BYTE, mb=EVERY_BYTE, lb=EVERY_BYTE, uu="123e4567-e89b-12d3-a456-426655440000",
+        ip6="::ffff:1.2.3.4", vc_arm="ա  ", c_kbc="ř  ", tx_ejp="ｱ", vc_sj="日 ",
     ),
     _fill(
         i=7, f="1e-7", db="1e-7", dt_="2000-01-01 00:00:00.000001", ts_="2000-01-01 00:00:00.000001",
@@ -161,7 +170,8 @@ MIXED_ROWS = [
 
 
 def _expr(name: str, kind: str) -> str:
-    return {"char": f"CAST(`{name}` AS CHAR)", "bytes": f"`{name}`", "bit": f"CAST(`{name}`+0 AS CHAR)"}[kind]
+    return {"char": f"CAST(`{name}` AS CHAR)", "bytes": f"CAST(`{name}` AS BINARY)",
+            "bit": f"CAST(`{name}`+0 AS CHAR)"}[kind]
 
 
 _ENCODE: dict[str, Callable[[bytes], str]] = {

@@ -24,7 +24,7 @@ import pymysql
 
 from gate.capture import snapshot, xa
 from gate.capture.checkpoint import Checkpointer
-from gate.capture.ddl import ColumnDescriber
+from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.decoder import DecoderPool
 from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
 from gate.capture.metrics import MetricsServer, RunMetrics, Stage

@@ -70,6 +70,7 @@ class Note:
     rows: int = 0
     state: str | None = None
     reason: str | None = None
+    estimate: int | None = None  # start: the source's TABLE_ROWS for the table
 
 
 def record(cur: pymysql.cursors.Cursor, channel: str, notes: list[Note]) -> None:
@@ -78,8 +79,8 @@ def record(cur: pymysql.cursors.Cursor, channel: str, notes: list[Note]) -> None
     for note in notes:
         if note.kind == "start":
             cur.execute(f"UPDATE {table} SET snap_started = 1, snap_key = %s, snap_bound = %s, snap_last = NULL, "
-                        "rows_done = 0, chunks_done = 0 WHERE id = %s",
-                        (json.dumps(note.key), note.bound, note.snap_id))
+                        "rows_done = 0, chunks_done = 0, rows_estimate = %s WHERE id = %s",
+                        (json.dumps(note.key), note.bound, note.estimate, note.snap_id))
         elif note.kind == "chunk":
             cur.execute(f"UPDATE {table} SET snap_last = %s, rows_done = rows_done + %s, chunks_done = chunks_done + 1 "
                         "WHERE id = %s", (note.last, note.rows, note.snap_id))
@@ -279,9 +280,8 @@ class SnapshotEngine:
                 if snap_id in self._ended:
                     continue
                 if state == "requested":
-                    if not cur.execute(f"UPDATE {table} SET state = 'running', started_at = NOW(3), rows_estimate = "
-                                       "(SELECT table_rows FROM information_schema.tables WHERE table_schema = %s AND "
-                                       "table_name = %s) WHERE id = %s AND state = 'requested'", (db, name, snap_id)):
+                    if not cur.execute(f"UPDATE {table} SET state = 'running', started_at = NOW(3) "
+                                       "WHERE id = %s AND state = 'requested'", (snap_id,)):
                         continue
                     log.info("snapshot %d of %s.%s started (%s)", snap_id, db, name, reason)
                 if not self.filter.passes(db, name):
@@ -386,7 +386,8 @@ class SnapshotEngine:
             snap.started, snap.key, snap.bound, snap.rows = True, chunk.key, chunk.bound, 0
             start = {"NEW": chunk.columns, "SNAPSHOT": {"id": snap.snap_id, "reason": snap.reason, "key": chunk.key}}
             txns.append(([(db, name, "SNAPSHOTSTART", dumps(start))],
-                         Note(snap.snap_id, "start", key=chunk.key, bound=encode_key(chunk.bound))))
+                         Note(snap.snap_id, "start", key=chunk.key, bound=encode_key(chunk.bound),
+                              estimate=chunk.estimate)))
         if chunk.data:
             snap.last, snap.rows = chunk.last, snap.rows + len(chunk.data)
             txns.append(([(db, name, "SNAPSHOT", data) for data in chunk.data],

@@ -12,6 +12,12 @@ key LIMIT n``, the composite comparison spelled out as ``a > ? OR (a = ? AND b >
 constructor ``(a, b) > (?, ?)`` makes MariaDB read far more rows), never OFFSET. No lock is taken
 beyond the metadata lock of the SELECT, and nothing is written to the source.
 
+Values are rendered by the binlog path's rules (:func:`gate.capture.values.text_renderer`). Where the text
+protocol would show other text than the binlog holds, the SELECT asks for the bytes (``CAST(c AS
+BINARY)``) and renders them as the binlog path renders that column: MariaDB's UUID, INET4 and INET6
+(the binlog holds their 16 or 4 bytes, written as binary) and text in a character set other than
+utf8mb4/utf8mb3 (decoded with the binlog path's codec, or written as binary where Python has none).
+
 The table's columns are read before the snapshot and after the SELECT: a DDL in between (an instant
 ADD/DROP COLUMN changes what the SELECT of an older read view returns; a rebuilding ALTER or TRUNCATE
 fails it with error 1412) makes the chunk be read again.
@@ -29,7 +35,8 @@ from zoneinfo import ZoneInfo
 import pymysql
 import pymysql.converters
 
-from gate.capture.values import BinaryFormat, ImageRenderer, text_renderer
+from gate.capture.libshim import fix_library_charsets
+from gate.capture.values import BinaryFormat, ImageRenderer, binlog_codec, text_renderer
 from gate.common.columns import ColumnRule, chain, matching, rule_keys
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row
@@ -39,6 +46,9 @@ LOCK_WAIT = 2  # seconds a chunk's SELECT waits for a metadata lock
 MAX_STALE = 200  # snapshots opened in a row that the stream had already passed before the chunk is given up
 TABLE_DEFINITION_CHANGED, NO_SUCH_TABLE, LOCK_WAIT_TIMEOUT = 1412, 1146, 1205
 Key = list[Any]  # key values as the text protocol gives them: str, or bytes for binary columns
+RAW_TYPES = ("uuid", "inet4", "inet6")  # MariaDB type plugins: bytes in the binlog, text in a SELECT
+TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
+UTF8 = ("utf8mb4", "utf8mb3")  # the session's character set: these arrive as the binlog holds them
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,23 @@ class Column:
     column_type: str
     data_type: str
     fsp: int
-    binary: bool  # values come as bytes: binary strings, GEOMETRY, BIT
+    binary: bool  # values come as bytes, written as binary: binary strings, GEOMETRY, BIT, RAW_TYPES, ...
+    charset: str | None = None
+
+    @property
+    def raw(self) -> bool:
+        """Whether the SELECT asks for the value's bytes (``CAST(c AS BINARY)``): the text protocol's text
+        is not what the binlog holds."""
+        return self.data_type in RAW_TYPES or (self.data_type in TEXT_TYPES and self.charset not in UTF8)
+
+    @property
+    def codec(self) -> str | None:
+        """For text selected as bytes, the codec the binlog path decodes it with."""
+        return binlog_codec(self.charset) if self.raw and self.charset and not self.binary else None
+
+    def select(self) -> str:
+        """The column in the chunk's SELECT list."""
+        return f"CAST({_name(self.name)} AS BINARY) AS {_name(self.name)}" if self.raw else _name(self.name)
 
     def describe(self) -> dict[str, str]:
         """The column as a CREATETABLE payload lists it."""
@@ -88,6 +114,7 @@ class Chunk:
     clock: int = 0  # the source's UNIX_TIMESTAMP() in the chunk's transaction
     next_rows: int = 0  # the page size that would take the target time
     seconds: float = 0.0
+    estimate: int | None = None  # the first chunk's: the source's TABLE_ROWS for the table when it started
 
 
 def encode_key(key: Key | None) -> str | None:
@@ -127,11 +154,20 @@ def read_columns(cur: pymysql.cursors.Cursor, db: str, table: str) -> list[Colum
     cur.execute(
         "SELECT column_name, is_nullable, column_key, column_type, data_type, COALESCE(datetime_precision, 0), "
         "character_set_name IS NULL AND data_type NOT IN ('int', 'tinyint', 'smallint', 'mediumint', 'bigint', "
-        "'decimal', 'float', 'double', 'date', 'datetime', 'timestamp', 'time', 'year') "
+        "'decimal', 'float', 'double', 'date', 'datetime', 'timestamp', 'time', 'year'), character_set_name "
         "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
         (db, table))
-    return [Column(name, nullable, key, ctype, dtype, int(fsp), binary in (1, "1"))
-            for name, nullable, key, ctype, dtype, fsp, binary in cur.fetchall()]
+    return [Column(name, nullable, key, ctype, dtype, int(fsp),
+                   binary in (1, "1") or (charset is not None and binlog_codec(charset) is None), charset)
+            for name, nullable, key, ctype, dtype, fsp, binary, charset in cur.fetchall()]
+
+
+def rows_estimate(cur: pymysql.cursors.Cursor, db: str, table: str) -> int | None:
+    """The source's information_schema TABLE_ROWS of the table: exact for MyISAM, an estimate for InnoDB."""
+    cur.execute("SELECT table_rows FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                (db, table))
+    row = cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
@@ -162,6 +198,7 @@ class Reader:
         self.min_rows = min_rows
         self.max_rows = max(min_rows, 50_000)
         self.verdict = verdict  # (gtid position, file, pos) -> True to read the chunk, False when stale
+        fix_library_charsets()  # the codecs the binlog path decodes text with (binlog_codec)
         self._conn: pymysql.Connection | None = None
         self._renderers: dict[tuple[Any, ...], ImageRenderer] = {}
 
@@ -227,7 +264,8 @@ class Reader:
                 continue
             selected.append(column)
             plan.append((column.name, text_renderer(column.data_type, column.fsp, column.binary, self.tz,
-                                                    self.binary_format, chain(hits, keys))))
+                                                    self.binary_format, chain(hits, keys), column.codec)))
+        estimate = rows_estimate(cur, task.db, task.table) if task.bound is None else None
         stale = 0
         while True:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -251,9 +289,10 @@ class Reader:
         started = time.monotonic()
         try:
             bound = task.bound
-            order = ", ".join(_name(c) for c in key)
+            table = f"{_name(task.db)}.{_name(task.table)}"
+            order = ", ".join(f"{table}.{_name(c)}" for c in key)  # the columns, not a CAST of the SELECT list
             if bound is None:
-                cur.execute(f"SELECT {order} FROM {_name(task.db)}.{_name(task.table)} ORDER BY "
+                cur.execute(f"SELECT {order} FROM {table} ORDER BY "
                             + ", ".join(f"{_name(c)} DESC" for c in key) + " LIMIT 1")
                 top = cur.fetchone()
                 bound = list(top) if top else None
@@ -265,11 +304,18 @@ class Reader:
                 if last is not None:
                     where.insert(0, after(key))
                     args = after_args(last) + args
-                positions = [names.index(c) for c in key]
-                cur.execute(f"SELECT {', '.join(_name(c) for c in names)} FROM {_name(task.db)}.{_name(task.table)} "
+                # key values as they compare: a key column selected as bytes comes once more as it is
+                listed = [c.select() for c in columns]
+                positions = []
+                for name in key:
+                    column = columns[names.index(name)]
+                    if column.raw:
+                        listed.append(_name(name))
+                    positions.append(len(listed) - 1 if column.raw else names.index(name))
+                cur.execute(f"SELECT {', '.join(listed)} FROM {table} "
                             f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT {int(task.rows)}", args)
                 rows = cur.fetchall()
-                if [d[0] for d in cur.description] != names:
+                if [d[0] for d in cur.description][: len(names)] != names:
                     return Chunk("retry", "the SELECT returned other columns than the table had when it was opened")
                 image = self._image(plan)
                 selected_at = [names.index(c.name) for c in selected]
@@ -290,7 +336,7 @@ class Reader:
         target = task.rows * self.chunk_seconds / max(seconds, 1e-3)
         next_rows = int(min(self.max_rows, max(self.min_rows, task.rows / 2, min(target, task.rows * 2))))
         return Chunk("rows", data=data, columns=[c.describe() for c in selected], key=key, bound=bound, last=last,
-                     done=done, clock=int(clock), next_rows=next_rows, seconds=seconds)
+                     done=done, clock=int(clock), next_rows=next_rows, seconds=seconds, estimate=estimate)
 
     def _image(self, plan: list[tuple[str, Any]]) -> ImageRenderer:
         marker = tuple(name for name, _ in plan)

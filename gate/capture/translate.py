@@ -16,7 +16,8 @@ from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 from gate.capture.compiled import TableDecoder, build, column_shape
-from gate.capture.ddl import ColumnDescriber, DdlChange, dml_tables, parse_ddl, statement_kind
+from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, statement_kind
+from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.libshim import row_data
 from gate.capture.reader import Rows, Statement
 from gate.capture.values import BinaryFormat, ImageRenderer

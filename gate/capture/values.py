@@ -36,7 +36,7 @@ from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False
 from typing import Any, Literal, cast
 
 from pymysqlreplication.column import Column
-from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.constants import CHARSET, FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import RowsEvent
 
 from gate.common.columns import Transform
@@ -219,17 +219,30 @@ def _year(v: int) -> str:
     return "0000" if v == _YEAR_ZERO else str(v)
 
 
+def _library_codec(encoding: str) -> str | None:
+    """The Python codec the library decodes a text column with, from the encoding name it files the
+    column's character set under (``Column.character_set_name``); None when Python has none under
+    that name (binary, armscii8, keybcs2, ...): such values stay bytes, written as binary ones."""
+    codec: str = RowsEvent.charset_to_encoding(encoding)
+    try:
+        codecs.lookup(codec)
+    except LookupError:
+        return None
+    return codec
+
+
+def binlog_codec(charset: str) -> str | None:
+    """:func:`_library_codec` of a MariaDB character set named as information_schema names it, as the
+    library maps it (after :func:`gate.capture.libshim.fix_library_charsets`)."""
+    known = CHARSET.charset_by_name(charset, "mariadb")
+    return _library_codec(known.encoding if known else "utf8")
+
+
 def _comes_as_bytes(column: Column) -> bool:
     """Whether the library hands this string column's values over undecoded (binary charset, or a
     charset Python has no codec for under the library's name), exactly as its __read_string decides."""
     charset = column.character_set_name
-    if charset is None:
-        return False
-    try:
-        codecs.lookup(RowsEvent.charset_to_encoding(charset))
-    except LookupError:
-        return True
-    return False
+    return charset is not None and _library_codec(charset) is None
 
 
 def _binary_renderer(encode: Renderer, pad_to: int) -> Renderer:
@@ -310,14 +323,18 @@ def transformed_renderer(column: Column, change: Transform, tz: tzinfo = _UTC,
 
 
 def text_renderer(data_type: str, fsp: int, comes_as_bytes: bool, tz: tzinfo = _UTC,
-                  binary_format: BinaryFormat = "base64", change: Transform | None = None) -> Renderer:
+                  binary_format: BinaryFormat = "base64", change: Transform | None = None,
+                  codec: str | None = None) -> Renderer:
     """The function rendering one column's non-NULL value as the server's text protocol sends it (a
     session in time zone +00:00, values undecoded: ``str``, or ``bytes`` for binary strings, GEOMETRY and
     BIT), to the same text :func:`column_renderer` gives for the value read from the binlog. The text
     protocol already shows most types as the DC wants them; what differs follows the same rules: binary
-    values base64/hex (BINARY(n) arrives padded), BIT its integer, TIMESTAMP moved from UTC into ``tz``."""
+    values base64/hex (BINARY(n) arrives padded), BIT its integer, TIMESTAMP moved from UTC into ``tz``.
+    ``codec``: the value is text selected as its bytes, decoded with this codec as the binlog path does."""
     render: Renderer = str
-    if data_type == "bit":
+    if codec is not None:
+        render = lambda v: v.decode(codec)  # noqa: E731
+    elif data_type == "bit":
         render = lambda v: str(int.from_bytes(v, "big"))  # noqa: E731
     elif data_type == "timestamp":
         layout = timestamp_renderer(fsp, tz)

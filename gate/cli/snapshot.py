@@ -33,8 +33,12 @@ def describe_request(result: snapshots.SnapshotRequest, nothing: str = "no snaps
 
 
 def _rows_cell(row: dict[str, Any]) -> str:
-    estimate = row["rows_estimate"]
-    return f"{row['rows_done']}/{'?' if estimate is None else estimate}"
+    """``done/estimate``, with the percentage of the estimate while the snapshot runs."""
+    done, estimate = row["rows_done"], row["rows_estimate"]
+    if estimate is None:
+        return f"{done}/?"
+    percent = f" {100 * done // estimate}%" if row["state"] == "running" and estimate else ""
+    return f"{done}/{estimate}{percent}"
 
 
 def status_table(rows: list[dict[str, Any]]) -> str:
@@ -46,11 +50,18 @@ def status_table(rows: list[dict[str, Any]]) -> str:
 
 def _watch(app: App, channel: str, patterns: tuple[str, ...]) -> dict[str, Any]:
     """Progress bars of the requested and running snapshots until none is left (or Ctrl-C); the last reading."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     bars: dict[int, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
-                  TimeElapsedColumn()) as shown:
+                  TaskProgressColumn(), TimeElapsedColumn()) as shown:
         for data in snapshots.watch(app.dc, channel, patterns, REFRESH_SECONDS):
             for row in data["snapshots"]:
                 active = row["state"] in snapshots.ACTIVE
@@ -84,9 +95,10 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
     and a SNAPSHOTEND row per table into transfer_data, between the changes it captures.
 
     --status shows each table's latest snapshot: id, state, reason, rows written at or below the
-    checkpoint against the source's row estimate, chunks, start, end (UTC) and message. On a terminal
-    it draws a progress bar per requested or running snapshot until they end (Ctrl-C stops watching,
-    not the snapshots).
+    checkpoint against the source's row estimate (its information_schema TABLE_ROWS when the table's
+    snapshot started; with the percentage while it runs), chunks, start, end (UTC) and message. On a
+    terminal it draws a progress bar per requested or running snapshot until they end (Ctrl-C stops
+    watching, not the snapshots).
 
     --cancel ends requested snapshots at once (state cancelled, "cancelled before it started") and asks
     the running gate to end running ones: it writes SNAPSHOTEND with state cancelled, after which that
