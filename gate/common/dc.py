@@ -20,6 +20,7 @@ from gate.common.errors import (
     ChannelExists,
     ChannelNotFound,
     ConnectionFailed,
+    CursorBeyondCheckpoint,
     GateError,
     MissingPrivileges,
     SchemaVersionError,
@@ -445,6 +446,17 @@ def purged_through(conn: pymysql.Connection, channel: str) -> int:
             return int(checkpoint) if oldest is None else min(int(checkpoint), int(oldest) - 1)
         row = cur.fetchone()
     return int(row[0]) if row else 0
+
+
+def require_at_most_checkpoint(channel: str, after: int, checkpoint: int, what: str, fix: str) -> None:
+    """Refuse to read on after row ``after`` beyond the checkpoint: rows above it may be missing or
+    incomplete, and a reader that went on from there would skip them. ``what`` names the cursor or option
+    as the reader knows it; ``fix`` says what to give instead. Every reader's check (client, tail, Spark)."""
+    if after > checkpoint:
+        skipped = f"row {after}" if after == checkpoint + 1 else f"rows {checkpoint + 1} to {after}"
+        raise CursorBeyondCheckpoint(
+            f"{what} is beyond the checkpoint of channel '{channel}' (row {checkpoint}): rows above the checkpoint "
+            f"may be missing or incomplete, and reading on from there would skip {skipped} without a word. {fix}")
 
 
 def describe_retention(conn: pymysql.Connection, channel: str) -> str:
