@@ -3,8 +3,9 @@ anything is read or stored, with one message naming the problem and the fix."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +16,9 @@ from gate.common.errors import CursorBeyondCheckpoint, InvalidValue
 from gate.consume.client import MAKE_CURSOR, Consumer, Cursor
 from gate.devtools.sandbox import Sandbox
 from tests.test_client import HOLES, ROWS, _url, channel
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def consumers(sandbox: Sandbox, name: str) -> list[tuple[Any, ...]]:
@@ -110,3 +114,47 @@ def test_tail_refuses_starts_and_intervals_it_cannot_use(sandbox: Sandbox, uniqu
             2, f"error: --interval must be between 0.1 and 3600 seconds, not {float(interval):g} (below 0.1 s tail "
                "would query the DC server in a tight loop).\n")
     assert tail(gate_config, unique_name, "--lines", "0", "--no-follow", "--interval", "0.1") == (0, "")
+
+
+def test_the_spark_source_refuses_starts_and_offsets_beyond_the_checkpoint(sandbox: Sandbox, unique_name: str) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_readers.source import Channel, GateStreamReader, settings
+
+    dc = channel(sandbox, unique_name, ROWS + HOLES, (6, 4))
+    options = settings({"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user,
+                        "startingId": "51", "consumer": "spark:fut"})
+    with Channel(options.login) as reader:
+        assert reader.start(7) == 6  # only the rows still to come
+        with pytest.raises(CursorBeyondCheckpoint) as error:
+            reader.start(51)
+    assert str(error.value) == beyond(unique_name, "Option startingId=51", "rows 7 to 50",
+                                      "Give startingId 7 or less (7: only the rows still to come).")
+    stream = GateStreamReader(options)
+    with pytest.raises(CursorBeyondCheckpoint):
+        stream.initialOffset()
+    assert consumers(sandbox, unique_name) == []  # nothing registered
+    with pytest.raises(CursorBeyondCheckpoint) as error:
+        stream.latestOffset({"id": 9}, ReadAllAvailable())
+    assert str(error.value) == beyond(unique_name, "The query's offset, row 9,", "rows 7 to 9", "Was the channel "
+                                      "dropped and created again? Start the query with a new checkpointLocation.")
+
+
+def test_spark_load_refuses_a_cursor_the_channel_does_not_have(spark: SparkSession, sandbox: Sandbox,
+                                                              unique_name: str, tmp_path: Path) -> None:
+    from spark_readers.load import CURSOR_FILE, load
+    from spark_readers.session import ChannelSource
+
+    source = ChannelSource(channel(sandbox, unique_name, ROWS, (6, 4)), unique_name)
+    for cursor, message in (((50, 9), beyond(unique_name, f"The cursor of file:{tmp_path}, Cursor(id=50, tid=9),",
+                                             "rows 7 to 50", "Was the channel dropped and created again? Load it into "
+                                             "a new output directory.")),
+                            ((4, 9), f"The cursor of file:{tmp_path}, Cursor(id=4, tid=9), does not fit channel "
+                                     f"'{unique_name}': its row 4 has tid 3, not 9, so the cursor comes from another "
+                                     "channel (or from one dropped and created again). Was the channel dropped and "
+                                     "created again? Load it into a new output directory.")):
+        (tmp_path / CURSOR_FILE).write_text(json.dumps({"channel": unique_name, "id": cursor[0], "tid": cursor[1]}))
+        with pytest.raises(InvalidValue) as error:
+            load(spark, source, str(tmp_path), consumer="spark:fut")
+        assert str(error.value) == message
+    assert consumers(sandbox, unique_name) == [] and sorted(p.name for p in tmp_path.iterdir()) == [CURSOR_FILE]
