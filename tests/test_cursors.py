@@ -109,11 +109,11 @@ def test_tail_refuses_starts_and_intervals_it_cannot_use(sandbox: Sandbox, uniqu
            "2024-05-01T10:00:00 (UTC) or 2024-05-01T12:00:00+02:00.\n")
     assert tail(gate_config, unique_name, "--lines", "-3") == (
         2, "error: --lines must be 0 or more, not -3: it counts the rows before the checkpoint to show.\n")
-    for interval in ("-1", "0", "0.05", "nan", "inf"):
+    for interval in ("-1", "0", "0.01", "nan", "inf"):
         assert tail(gate_config, unique_name, "--interval", interval) == (
-            2, f"error: --interval must be between 0.1 and 3600 seconds, not {float(interval):g} (below 0.1 s tail "
+            2, f"error: --interval must be between 0.05 and 3600 seconds, not {float(interval):g} (below 0.05 s tail "
                "would query the DC server in a tight loop).\n")
-    assert tail(gate_config, unique_name, "--lines", "0", "--no-follow", "--interval", "0.1") == (0, "")
+    assert tail(gate_config, unique_name, "--lines", "0", "--no-follow", "--interval", "0.05") == (0, "")
 
 
 def test_the_spark_source_refuses_starts_and_offsets_beyond_the_checkpoint(sandbox: Sandbox, unique_name: str) -> None:

@@ -22,7 +22,7 @@ from gate.consume.client import OPTYPES, Change, Consumer, SnapshotInfo
 
 _PLAIN = re.compile(r"^[^\s,{}=\"']{1,40}$")
 _ROW_ID = re.compile(r"[0-9]+")
-INTERVAL = (0.1, 3600.0)  # --interval, seconds: shorter would query the DC in a tight loop
+INTERVAL = (0.05, 3600.0)  # --interval, seconds: shorter would query the DC in a tight loop
 
 
 def _value(value: str | None) -> str:
