@@ -85,11 +85,11 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
     assert entries[live] == {
         "channel": live, "state": "running", "gate": {"connection": connection, "host": host, "pid": run.pid},
         "lag_seconds": 0.0, "checkpoint_id": 2, "checkpoint_tid": 2, "metrics_address": "127.0.0.1",
-        "metrics_port": live_port, "source": src, "standby": None, "schema_version": 1}
+        "metrics_port": live_port, "source": src, "standby": None, "schema_version": 2}
     assert entries[stopped] == {
         "channel": stopped, "state": "stopped", "gate": None, "lag_seconds": entries[stopped]["lag_seconds"],
         "checkpoint_id": 1, "checkpoint_tid": 1, "metrics_address": "127.0.0.1", "metrics_port": stopped_port,
-        "source": src, "standby": None, "schema_version": 1}
+        "source": src, "standby": None, "schema_version": 2}
     assert 1000 <= float(entries[stopped]["lag_seconds"]) <= 1001 + time.time() - inserted_at  # type: ignore[arg-type]
 
     run.terminate()

@@ -34,6 +34,7 @@ def consumers(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
     """Every registered consumer of the channel, by name."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
+        dc.migrate(conn, name)  # names are exact from schema version 2 on
         defaults = dc.read_settings(conn, name).defaults
         return [c.as_row() for c in plan(conn, name, defaults).consumers]
 
@@ -43,7 +44,7 @@ def drop_consumer(dc_server: ServerConfig, name: str, consumer: str) -> dict[str
     CursorExpiredError if rows it needs are gone)."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn, conn.cursor() as cur:
-        dc.schema_version(conn, name)
+        dc.migrate(conn, name)  # names are exact from schema version 2 on: never another name's row
         cur.execute(f"SELECT id, tid FROM {dc.q(name)}.gate_consumer WHERE name = %s", (consumer,))
         row = cur.fetchone()
         if row is None:

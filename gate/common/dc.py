@@ -217,6 +217,30 @@ def stored_schema_version(conn: pymysql.Connection, name: str) -> int:
     return int(row[0]) if row else 0
 
 
+def migrate(conn: pymysql.Connection, name: str) -> None:
+    """Bring channel ``name`` (refused as :func:`schema_version` refuses) to this gate's schema version, one
+    version at a time, each recorded in gate_meta after its statements, which are safe to repeat should a
+    migration be interrupted. Needs ALTER on the channel's database (a DC user without it gets the grant)."""
+    version = schema_version(conn, name)
+    with conn.cursor() as cur:
+        for target in range(version + 1, dc_schema.SCHEMA_VERSION + 1):
+            cur.execute(f"USE {q(name)}")
+            try:
+                for statement in dc_schema.migration(target):
+                    cur.execute(statement)
+            except pymysql.err.MySQLError as exc:
+                if not exc.args or exc.args[0] != _ER_TABLE_ACCESS_DENIED:
+                    raise
+                cur.execute("SELECT CURRENT_USER()")
+                user, host = one_row(cur)[0].rsplit("@", 1)
+                raise MissingPrivileges(
+                    f"Channel '{name}' has DC schema version {target - 1}, and this gate ({GATE_VERSION}) upgrades it "
+                    f"to version {dc_schema.SCHEMA_VERSION} before using it, which needs ALTER on the database "
+                    f"'{name}'; the DC user {user}@{host} lacks it, so nothing was changed. Grant it on the DC server, "
+                    f"e.g. GRANT ALTER ON `{name}`.* TO '{user}'@'{host}', and run the command again.") from None
+            cur.execute(f"UPDATE {q(name)}.gate_meta SET value = %s WHERE name = 'schema_version'", (str(target),))
+
+
 def list_channels(conn: pymysql.Connection) -> list[str]:
     """Databases on the DC server that carry gate's meta table."""
     with conn.cursor() as cur:
