@@ -166,7 +166,7 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                               "source", "standby", "schema_version"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
     assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
-                            sandbox.standby.address, "1"]  # never positioned, nothing checkpointed: no lag
+                            sandbox.standby.address, "2"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)

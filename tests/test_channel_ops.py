@@ -77,11 +77,11 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
     header, lines, entries = listed(gate, live, stopped)
     assert header == COLUMNS
     assert lines[live] == [live, "running", f"{host}/{run.pid}", "0.0", "2", "2", f"127.0.0.1:{live_port}", src, "-",
-                           "1"]
+                           "2"]
     lag = float(lines[stopped][3])  # the source moved on (live's inserts) after stopped's last transaction
     assert 1000 <= lag <= 1001 + time.time() - inserted_at, lag
     assert lines[stopped] == [stopped, "stopped", "-", lines[stopped][3], "1", "1", f"127.0.0.1:{stopped_port}", src,
-                              "-", "1"]
+                              "-", "2"]
     assert entries[live] == {
         "channel": live, "state": "running", "gate": {"connection": connection, "host": host, "pid": run.pid},
         "lag_seconds": 0.0, "checkpoint_id": 2, "checkpoint_tid": 2, "metrics_address": "127.0.0.1",
@@ -100,7 +100,7 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
         assert got == 1
         _, lines, entries = listed(gate, live, stopped)
     # stopped: the runner record of the last run is not shown, the metrics setting (none) is
-    assert lines[live] == [live, "stopped", "-", "0.0", "2", "2", "-", src, "-", "1"]
+    assert lines[live] == [live, "stopped", "-", "0.0", "2", "2", "-", src, "-", "2"]
     assert (entries[live]["gate"], entries[live]["metrics_port"]) == (None, None)
     assert lines[stopped][:3] == [stopped, "running", "connection"] and lines[stopped][3] == str(holder)
     assert entries[stopped]["gate"] == {"connection": holder, "host": None, "pid": None}

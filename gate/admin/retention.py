@@ -3,9 +3,12 @@ gate.capture.retention, which a running gate applies in the background)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from gate.capture.retention import Plan, plan, purge
+import pymysql
+
+from gate.capture.retention import Plan, plan, purge, read_consumers
 from gate.common import dc
 from gate.common.config import ServerConfig, check_identifier
 from gate.common.errors import UnknownConsumer
@@ -54,3 +57,20 @@ def drop_consumer(dc_server: ServerConfig, name: str, consumer: str) -> dict[str
                                   f"'gate consumer list {name}' shows them.")
         cur.execute(f"DELETE FROM {dc.q(name)}.gate_consumer WHERE name = %s", (consumer,))
     return {"channel": name, "dropped": consumer, "cursor_id": int(row[0]), "cursor_tid": int(row[1])}
+
+
+def registered(conn: pymysql.Connection, name: str) -> list[dict[str, Any]]:
+    """The cursors dropping the channel discards: each registered consumer's name, cursor_id, cursor_tid and
+    rows_behind the checkpoint, by name."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id FROM {dc.q(name)}.transfer_checkpoint")
+        found = read_consumers(cur, name, int(dc.one_row(cur)[0]), math.inf)
+    return [{"name": c.name, "cursor_id": c.cursor_id, "cursor_tid": c.cursor_tid, "rows_behind": c.behind}
+            for c in found]
+
+
+def positions(consumers: list[dict[str, Any]]) -> str:
+    """``'billing' at row 4 (2 rows behind the checkpoint), 'audit' at row 6 (at the checkpoint)``."""
+    return ", ".join(f"'{c['name']}' at row {c['cursor_id']} (" + (
+        f"{c['rows_behind']} rows behind the checkpoint)" if c["rows_behind"] else "at the checkpoint)")
+        for c in consumers)

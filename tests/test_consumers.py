@@ -1,5 +1,6 @@
-"""Consumer names are exact on a real DC: case, accents and trailing spaces make different consumers, also in
-a channel created with schema version 1, which gate migrates."""
+"""Registered consumers on a real DC: names are exact (case, accents and trailing spaces make different
+consumers, also in a channel created with schema version 1, which gate migrates), and dropping a channel
+names the consumers whose cursors go with it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gate.common.errors import SchemaVersionError
 from gate.consume.client import Consumer, Cursor
 from gate.devtools.sandbox import Sandbox
 from tests.replay import make_channel, running, wait_row
+from tests.test_channel_cli import drop_at_terminal
 from tests.test_client import ROWS, channel
 
 Gate = Callable[..., Result]
@@ -128,3 +130,36 @@ def test_gate_run_migrates_and_a_dc_user_without_alter_is_told_the_grant(sandbox
     with running(dc, unique_name):
         wait_row(sandbox.dc, unique_name, "SELECT 1 FROM gate_meta WHERE name = 'schema_version' AND value = '2'")
     assert schema(sandbox, unique_name) == ("2", "utf8mb4_nopad_bin")
+
+
+def test_channel_drop_names_the_consumers_it_discards(sandbox: Sandbox, unique_name: str, gate: Gate,
+                                                     gate_config: Path) -> None:
+    def registered(name: str) -> str:
+        dc = channel(sandbox, name, ROWS, (6, 4))
+        on_dc(sandbox, name, "UPDATE gate_resume SET id = 6, tid = 4")  # as gate run moves it with the checkpoint
+        for consumer, cursor in (("billing", Cursor(4, 3)), ("audit", Cursor(6, 4))):
+            with Consumer(dc, name, name=consumer, start=cursor) as reader:
+                reader.commit()
+        return (f"Dropping channel '{name}' deletes its DC database with 6 checkpointed rows and the cursors of its "
+                "registered consumers: 'audit' at row 6 (at the checkpoint), 'billing' at row 4 (2 rows behind the "
+                "checkpoint)")
+
+    prompt = registered(unique_name)
+    refused = gate("channel", "drop", unique_name)
+    assert (refused.exit_code, refused.stderr) == (
+        1, f"error: Channel '{unique_name}' was not dropped: confirmation is needed and this session has no terminal "
+           f"to ask on. {prompt}. Add --yes to drop it with all its data.\n")
+    wrong = drop_at_terminal(gate_config, unique_name, "something_else")
+    assert (wrong.returncode, wrong.stdout.decode()) == (1, f"{prompt}. Type the channel name to confirm: ")
+    assert stored(sandbox, unique_name) == [("audit", 6, 4), ("billing", 4, 3)]
+    right = drop_at_terminal(gate_config, unique_name, unique_name)
+    assert (right.returncode, right.stdout.decode()) == (
+        0, f"{prompt}. Type the channel name to confirm: dropped channel {unique_name} and the cursors of its "
+           "registered consumers: 'audit' at row 6 (at the checkpoint), 'billing' at row 4 (2 rows behind the "
+           "checkpoint)\n")
+    other = f"{unique_name}_2"
+    registered(other)
+    dropped = gate("--json", "channel", "drop", other, "--yes")
+    assert json.loads(dropped.stdout) == {"dropped": other, "consumers": [
+        {"name": "audit", "cursor_id": 6, "cursor_tid": 4, "rows_behind": 0},
+        {"name": "billing", "cursor_id": 4, "cursor_tid": 3, "rows_behind": 2}]}
