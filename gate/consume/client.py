@@ -158,8 +158,9 @@ class Consumer:
 
     ``name`` makes the cursor persistent (table ``gate_consumer``): a new Consumer with the same name
     resumes after the last :meth:`commit`. ``start`` overrides where to begin (default: the stored
-    cursor of ``name``, else the beginning). ``dbname``, ``tablename`` and ``optypes`` filter what
-    :meth:`poll` returns; the cursor still advances past the rows they leave out. ``dc`` is the DC
+    cursor of ``name``, else the beginning); a cursor the channel does not have is refused (:meth:`verify`).
+    ``dbname``, ``tablename`` and ``optypes`` filter what :meth:`poll` returns; the cursor still
+    advances past the rows they leave out. ``dc`` is the DC
     server's :class:`ServerConfig`, or a SQLAlchemy engine or URL (``mysql+pymysql://...``) whose pool
     lends the consumer its connection.
     """
