@@ -163,3 +163,7 @@ def test_channel_drop_names_the_consumers_it_discards(sandbox: Sandbox, unique_n
     assert json.loads(dropped.stdout) == {"dropped": other, "consumers": [
         {"name": "audit", "cursor_id": 6, "cursor_tid": 4, "rows_behind": 0},
         {"name": "billing", "cursor_id": 4, "cursor_tid": 3, "rows_behind": 2}]}
+    damaged = f"{unique_name}_3"
+    registered(damaged)
+    on_dc(sandbox, damaged, "DROP TABLE gate_consumer")  # by hand: the channel can still be dropped
+    assert json.loads(gate("--json", "channel", "drop", damaged, "--yes").stdout) == {"dropped": damaged}

@@ -13,6 +13,8 @@ from gate.common import dc
 from gate.common.config import ServerConfig, check_identifier
 from gate.common.errors import UnknownConsumer
 
+_ER_NO_SUCH_TABLE = 1146
+
 
 def describe(found: Plan) -> dict[str, Any]:
     """A plan as the commands and ``gate status`` print it."""
@@ -61,10 +63,16 @@ def drop_consumer(dc_server: ServerConfig, name: str, consumer: str) -> dict[str
 
 def registered(conn: pymysql.Connection, name: str) -> list[dict[str, Any]]:
     """The cursors dropping the channel discards: each registered consumer's name, cursor_id, cursor_tid and
-    rows_behind the checkpoint, by name."""
+    rows_behind the checkpoint, by name (none when a table they are read from was dropped by hand, so
+    that such a channel can still be dropped)."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT id FROM {dc.q(name)}.transfer_checkpoint")
-        found = read_consumers(cur, name, int(dc.one_row(cur)[0]), math.inf)
+        try:
+            cur.execute(f"SELECT id FROM {dc.q(name)}.transfer_checkpoint")
+            found = read_consumers(cur, name, int(dc.one_row(cur)[0]), math.inf)
+        except pymysql.err.ProgrammingError as exc:
+            if not exc.args or exc.args[0] != _ER_NO_SUCH_TABLE:
+                raise
+            return []
     return [{"name": c.name, "cursor_id": c.cursor_id, "cursor_tid": c.cursor_tid, "rows_behind": c.behind}
             for c in found]
 
