@@ -1,8 +1,9 @@
 """The DDL of a channel's DC database, versioned.
 
 ``contract.sql`` holds the two public tables; ``internal.sql`` holds gate's own state. A DC database
-records the schema version it was created with in ``gate_meta``; gate opens databases whose version is
-in ``COMPATIBLE_VERSIONS`` and refuses others with a clear message.
+records its schema version in ``gate_meta``; gate opens databases whose version is in
+``COMPATIBLE_VERSIONS`` and refuses others with a clear message. ``vN.sql`` holds the statements that
+bring a database of version N-1 to version N (see :func:`gate.common.dc.migrate`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-SCHEMA_VERSION = 1
-COMPATIBLE_VERSIONS = frozenset({1})
+SCHEMA_VERSION = 2
+COMPATIBLE_VERSIONS = frozenset({1, 2})  # older ones are migrated to SCHEMA_VERSION
 CONTRACT_TABLES = ("transfer_data", "transfer_checkpoint")
 
 
@@ -24,6 +25,11 @@ def _statements(filename: str) -> list[str]:
 def table_ddl(table: str) -> str:
     """The CREATE TABLE IF NOT EXISTS of one table, e.g. to add it to a channel created before it existed."""
     return next(s for s in ddl_statements() if re.match(rf"CREATE TABLE IF NOT EXISTS {table} \(", s))
+
+
+def migration(version: int) -> list[str]:
+    """The statements that bring a channel database of ``version - 1`` to ``version``."""
+    return _statements(f"v{version}.sql")
 
 
 def ddl_statements() -> list[str]:

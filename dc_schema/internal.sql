@@ -42,9 +42,10 @@ CREATE TABLE IF NOT EXISTS gate_switch (
   PRIMARY KEY (switched_at, to_instance)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- Cursors of named consumers (gate.client).
+-- Cursors of named consumers (gate.client). Names are exact: a binary collation without padding, so
+-- case, accents and trailing spaces make different names.
 CREATE TABLE IF NOT EXISTS gate_consumer (
-  name       VARCHAR(64)     NOT NULL PRIMARY KEY,
+  name       VARCHAR(64)     CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
   id         BIGINT UNSIGNED NOT NULL,
   tid        BIGINT UNSIGNED NOT NULL,
   updated_at TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)

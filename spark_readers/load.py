@@ -207,14 +207,12 @@ def load(spark: SparkSession, source: ChannelSource, out_path: str, partitions: 
     written: list[Increment] = []
     cursor = read_cursor(out, source.channel)
     with Consumer(source.dc, source.channel, name=consumer) as dc:
+        dc.verify(cursor, f"The cursor of {out.url}, {cursor!r},",
+                  "Was the channel dropped and created again? Load it into a new output directory.")
         cursor = _repair(out, dc, cursor, source.channel)
         _register(dc, cursor)
         while True:
             checkpoint = dc.checkpoint()
-            if checkpoint.id < cursor.id:
-                raise LoadError(f"{out.url} has loaded up to row {cursor.id}, beyond the checkpoint of channel "
-                                f"'{source.channel}' ({checkpoint.id}): was the channel dropped and created again? "
-                                "Load it into a new output directory.")
             end = checkpoint.id if max_rows is None else min(checkpoint.id, cursor.id + max_rows)
             if end <= cursor.id:
                 return written

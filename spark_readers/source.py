@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from gate.common.config import check_identifier, load_config
-from gate.common.dc import describe_retention, purged_through
+from gate.common.dc import describe_retention, purged_through, require_at_most_checkpoint
 from gate.common.errors import ConfigError, CursorExpiredError, InvalidValue, RowsMissing
 from spark_readers.rows import ROW_SCHEMA, to_batch
 
@@ -152,6 +152,10 @@ class Channel:
     def start(self, starting_id: int | None) -> int:
         """The offset before the first row to read: ``starting_id - 1``, by default the last removed row."""
         after = purged_through(self._conn, self.login.channel) if starting_id is None else starting_id - 1
+        checkpoint = self.checkpoint()
+        require_at_most_checkpoint(self.login.channel, after, checkpoint, f"Option startingId={starting_id}",
+                                   f"Give startingId {checkpoint + 1} or less ({checkpoint + 1}: only the rows still "
+                                   "to come).")
         self.check_cursor(after)
         return after
 
@@ -275,11 +279,9 @@ class GateStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvailable
         after = int(start["id"])
         with Channel(self.settings.login) as dc:
             checkpoint = dc.checkpoint()
-            if after > checkpoint:
-                raise InvalidValue(
-                    f"The query has read channel '{self.settings.login.channel}' up to row {after}, beyond its "
-                    f"checkpoint {checkpoint}: was the channel dropped and created again? Start the query with a "
-                    "new checkpointLocation.")
+            require_at_most_checkpoint(self.settings.login.channel, after, checkpoint, f"The query's offset, row {after},",
+                                       "Was the channel dropped and created again? Start the query with a new "
+                                       "checkpointLocation.")
             dc.check_cursor(after)
             ceiling = checkpoint if self.target is None else min(checkpoint, max(self.target, after))
             want = after + limit.max_rows if isinstance(limit, ReadMaxRows) else ceiling

@@ -115,7 +115,7 @@ def test_create_makes_exactly_the_contract_tables(gate: Gate, sandbox: Sandbox, 
         ("id", "bigint(20) unsigned", "NO", None), ("tid", "bigint(20) unsigned", "NO", None)]
     assert query(sandbox, f"SELECT id, tid FROM `{unique_name}`.transfer_checkpoint") == [(0, 0)]
     assert query(sandbox, f"SELECT name, value FROM `{unique_name}`.gate_meta ORDER BY 1") == [
-        ("created_by", "gate 0.1.0"), ("schema_version", "1")]
+        ("created_by", "gate 0.1.0"), ("schema_version", "2")]
     settings = settings_of(sandbox, unique_name)
     assert settings["source"] == {"host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": ""}
     assert settings["server_id"] == default_server_id(unique_name)
@@ -140,7 +140,7 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     shown = gate("--json", "channel", "show", unique_name)
     outputs.append(shown.output)
     assert json.loads(shown.stdout) == {
-        "channel": unique_name, "schema_version": 1, "created_by": "gate 0.1.0",
+        "channel": unique_name, "schema_version": 2, "created_by": "gate 0.1.0",
         "source": {"address": sandbox.source.address, "user": USER, "password": "***"},
         "standby": {"address": sandbox.standby.address, "user": USER, "password": "***"},
         "server_id": 4242, "allow": ["shop.*", "crm.customer?"], "deny": ["*.audit_log"],
@@ -166,13 +166,13 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                               "source", "standby", "schema_version"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
     assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
-                            sandbox.standby.address, "1"]  # never positioned, nothing checkpointed: no lag
+                            sandbox.standby.address, "2"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
     assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": 0,
             "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None, "source": sandbox.source.address,
-            "standby": sandbox.standby.address, "schema_version": 1} in json.loads(as_json.stdout)
+            "standby": sandbox.standby.address, "schema_version": 2} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
@@ -594,7 +594,7 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
     for command in (["show", unique_name], ["drop", unique_name, "--yes"], ["filter", unique_name, "--allow", "a.b"],
                     ["grant", unique_name, "app", "--password-env", "X"], ["check", unique_name]):
         refused(gate, sandbox, ["channel", *command], 1,
-                f"Channel '{unique_name}' has DC schema version 99, which this gate (0.1.0, schema version 1) cannot "
+                f"Channel '{unique_name}' has DC schema version 99, which this gate (0.1.0, schema version 2) cannot "
                 "use. Run the gate version that created it, or create a new channel and let it start from a fresh "
                 "position.", env={"X": "x"})
     listed = json.loads(gate("--json", "channel", "list").stdout)

@@ -77,19 +77,19 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
     header, lines, entries = listed(gate, live, stopped)
     assert header == COLUMNS
     assert lines[live] == [live, "running", f"{host}/{run.pid}", "0.0", "2", "2", f"127.0.0.1:{live_port}", src, "-",
-                           "1"]
+                           "2"]
     lag = float(lines[stopped][3])  # the source moved on (live's inserts) after stopped's last transaction
     assert 1000 <= lag <= 1001 + time.time() - inserted_at, lag
     assert lines[stopped] == [stopped, "stopped", "-", lines[stopped][3], "1", "1", f"127.0.0.1:{stopped_port}", src,
-                              "-", "1"]
+                              "-", "2"]
     assert entries[live] == {
         "channel": live, "state": "running", "gate": {"connection": connection, "host": host, "pid": run.pid},
         "lag_seconds": 0.0, "checkpoint_id": 2, "checkpoint_tid": 2, "metrics_address": "127.0.0.1",
-        "metrics_port": live_port, "source": src, "standby": None, "schema_version": 1}
+        "metrics_port": live_port, "source": src, "standby": None, "schema_version": 2}
     assert entries[stopped] == {
         "channel": stopped, "state": "stopped", "gate": None, "lag_seconds": entries[stopped]["lag_seconds"],
         "checkpoint_id": 1, "checkpoint_tid": 1, "metrics_address": "127.0.0.1", "metrics_port": stopped_port,
-        "source": src, "standby": None, "schema_version": 1}
+        "source": src, "standby": None, "schema_version": 2}
     assert 1000 <= float(entries[stopped]["lag_seconds"]) <= 1001 + time.time() - inserted_at  # type: ignore[arg-type]
 
     run.terminate()
@@ -100,7 +100,7 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
         assert got == 1
         _, lines, entries = listed(gate, live, stopped)
     # stopped: the runner record of the last run is not shown, the metrics setting (none) is
-    assert lines[live] == [live, "stopped", "-", "0.0", "2", "2", "-", src, "-", "1"]
+    assert lines[live] == [live, "stopped", "-", "0.0", "2", "2", "-", src, "-", "2"]
     assert (entries[live]["gate"], entries[live]["metrics_port"]) == (None, None)
     assert lines[stopped][:3] == [stopped, "running", "connection"] and lines[stopped][3] == str(holder)
     assert entries[stopped]["gate"] == {"connection": holder, "host": None, "pid": None}

@@ -14,6 +14,7 @@ from typing import Any
 import pymysql
 
 import dc_schema
+from gate.admin import retention
 from gate.admin.lag import source_lag
 from gate.admin.preflight import Problem, check_server, require_server
 from gate.capture import failover
@@ -222,26 +223,36 @@ def _lock_for_drop(conn: pymysql.Connection, name: str, force: bool) -> int | No
     return holder
 
 
-def drop_prompt(dc_server: ServerConfig, name: str, force: bool = False) -> str:
-    """What dropping ``name`` deletes, for the confirmation; refused as :func:`drop` would refuse it."""
+def drop_prompt(dc_server: ServerConfig, name: str, force: bool = False) -> tuple[str, list[dict[str, Any]]]:
+    """What dropping ``name`` deletes, for the confirmation, and the registered consumers whose cursors go
+    with it (see :func:`gate.admin.retention.registered`); refused as :func:`drop` would refuse it."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
         _lock_for_drop(conn, name, force)
         if dc.channel_exists(conn, name) and dc.unfinished(conn, name):
-            return f"Dropping channel '{name}' deletes its DC database, whose creation stopped part way"
+            return f"Dropping channel '{name}' deletes its DC database, whose creation stopped part way", []
         dc.schema_version(conn, name)
         rows = dc.read_resume(conn, name).id
-    return f"Dropping channel '{name}' deletes its DC database with {rows} checkpointed rows"
+        consumers = retention.registered(conn, name)
+    prompt = f"Dropping channel '{name}' deletes its DC database with {rows} checkpointed rows"
+    if consumers:
+        prompt += f" and the cursors of its registered consumers: {retention.positions(consumers)}"
+    return prompt, consumers
 
 
-def drop(dc_server: ServerConfig, name: str, force: bool = False) -> int | None:
+def drop(dc_server: ServerConfig, name: str, force: bool = False) -> tuple[int | None, list[dict[str, Any]]]:
     """Drop the channel's database, also one whose creation stopped part way. Refused while a gate runs
-    the channel unless ``force``; then returns the DC connection of that gate, which stops with an error."""
+    the channel unless ``force``; then returns the DC connection of that gate, which stops with an error.
+    Also returns the registered consumers whose cursors were dropped with it, as read under the lock."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
         running = _lock_for_drop(conn, name, force)
+        consumers: list[dict[str, Any]] = []
+        if not (dc.channel_exists(conn, name) and dc.unfinished(conn, name)):
+            dc.schema_version(conn, name)
+            consumers = retention.registered(conn, name)
         dc.drop_channel(conn, name)
-    return running
+    return running, consumers
 
 
 def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = (),

@@ -3,12 +3,17 @@ gate.capture.retention, which a running gate applies in the background)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from gate.capture.retention import Plan, plan, purge
+import pymysql
+
+from gate.capture.retention import Plan, plan, purge, read_consumers
 from gate.common import dc
 from gate.common.config import ServerConfig, check_identifier
 from gate.common.errors import UnknownConsumer
+
+_ER_NO_SUCH_TABLE = 1146
 
 
 def describe(found: Plan) -> dict[str, Any]:
@@ -34,6 +39,7 @@ def consumers(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
     """Every registered consumer of the channel, by name."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
+        dc.migrate(conn, name)  # names are exact from schema version 2 on
         defaults = dc.read_settings(conn, name).defaults
         return [c.as_row() for c in plan(conn, name, defaults).consumers]
 
@@ -43,7 +49,7 @@ def drop_consumer(dc_server: ServerConfig, name: str, consumer: str) -> dict[str
     CursorExpiredError if rows it needs are gone)."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn, conn.cursor() as cur:
-        dc.schema_version(conn, name)
+        dc.migrate(conn, name)  # names are exact from schema version 2 on: never another name's row
         cur.execute(f"SELECT id, tid FROM {dc.q(name)}.gate_consumer WHERE name = %s", (consumer,))
         row = cur.fetchone()
         if row is None:
@@ -53,3 +59,26 @@ def drop_consumer(dc_server: ServerConfig, name: str, consumer: str) -> dict[str
                                   f"'gate consumer list {name}' shows them.")
         cur.execute(f"DELETE FROM {dc.q(name)}.gate_consumer WHERE name = %s", (consumer,))
     return {"channel": name, "dropped": consumer, "cursor_id": int(row[0]), "cursor_tid": int(row[1])}
+
+
+def registered(conn: pymysql.Connection, name: str) -> list[dict[str, Any]]:
+    """The cursors dropping the channel discards: each registered consumer's name, cursor_id, cursor_tid and
+    rows_behind the checkpoint, by name (none when a table they are read from was dropped by hand, so
+    that such a channel can still be dropped)."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT id FROM {dc.q(name)}.transfer_checkpoint")
+            found = read_consumers(cur, name, int(dc.one_row(cur)[0]), math.inf)
+        except pymysql.err.ProgrammingError as exc:
+            if not exc.args or exc.args[0] != _ER_NO_SUCH_TABLE:
+                raise
+            return []
+    return [{"name": c.name, "cursor_id": c.cursor_id, "cursor_tid": c.cursor_tid, "rows_behind": c.behind}
+            for c in found]
+
+
+def positions(consumers: list[dict[str, Any]]) -> str:
+    """``'billing' at row 4 (2 rows behind the checkpoint), 'audit' at row 6 (at the checkpoint)``."""
+    return ", ".join(f"'{c['name']}' at row {c['cursor_id']} (" + (
+        f"{c['rows_behind']} rows behind the checkpoint)" if c["rows_behind"] else "at the checkpoint)")
+        for c in consumers)

@@ -53,6 +53,7 @@ from gate.common.dc import (
     ResumeState,
     Runner,
     connect,
+    migrate,
     one_row,
     q,
     read_resume,
@@ -239,6 +240,7 @@ class Pipeline:
             self._store(state)
             log.info("channel %s had no start position; starting at the source's current one, %s",
                      self.channel, now.describe())
+        migrate(conn, self.channel)
         with conn.cursor() as cur:
             xa.ensure_table(cur)
             snapshot.ensure_table(cur)

@@ -187,27 +187,33 @@ def drop(app: App, name: str, yes: bool, force: bool) -> None:
     terminal it refuses without --yes. Refused while a gate runs the channel, unless --force: the
     database is then dropped under the running gate, which stops with a DC error (say so to whoever
     runs it). A channel whose creation stopped part way is dropped too. Users granted access keep
-    their accounts.
+    their accounts. The cursors of the registered consumers (gate consumer list) go with the
+    database: the confirmation, the refusal without a terminal and the output name each consumer
+    with its cursor and how far it is behind the checkpoint.
 
     Example:
 
     \b
         gate channel drop shop --yes
     """
-    prompt = channels.drop_prompt(app.dc, name, force)
+    prompt, consumers = channels.drop_prompt(app.dc, name, force)
     if not yes:
-        need_terminal(f"Channel '{name}' was not dropped", "Add --yes to drop it with all its data.")
+        need_terminal(f"Channel '{name}' was not dropped", (f"{prompt}. " if consumers else "") +
+                      "Add --yes to drop it with all its data.")
         typed = click.prompt(f"{prompt}. Type the channel name to confirm", default="", show_default=False)
         if typed != name:
             raise NotConfirmed(f"Channel '{name}' was not dropped: the name typed did not match.")
     data: dict[str, Any] = {"dropped": name}
-    running = channels.drop(app.dc, name, force)
+    running, consumers = channels.drop(app.dc, name, force)
+    if consumers:
+        data["consumers"] = consumers
     if running is not None:
         click.echo(f"warning: a gate process was running channel '{name}' (DC connection {running}); its database "
                    "is gone, so that gate stops with a DC error when it next writes. Stop it if it is still running.",
                    err=True)
         data["running_gate_connection"] = running
-    app.emit(data, f"dropped channel {name}")
+    app.emit(data, f"dropped channel {name}" + (f" and the cursors of its registered consumers: "
+                                                 f"{retention.positions(consumers)}" if consumers else ""))
 
 
 @channel.command(name="filter")

@@ -16,10 +16,13 @@ import click
 
 from gate.cli.app import App
 from gate.common.config import check_identifier
+from gate.common.dc import require_at_most_checkpoint
 from gate.common.errors import InvalidValue
 from gate.consume.client import OPTYPES, Change, Consumer, SnapshotInfo
 
 _PLAIN = re.compile(r"^[^\s,{}=\"']{1,40}$")
+_ROW_ID = re.compile(r"[0-9]+")
+INTERVAL = (0.05, 3600.0)  # --interval, seconds: shorter would query the DC in a tight loop
 
 
 def _value(value: str | None) -> str:
@@ -65,7 +68,7 @@ def _snapshot(info: SnapshotInfo) -> str:
 
 def _start(text: str) -> int | datetime:
     """``--from``: a row id, or a time (ISO 8601; UTC unless it carries an offset)."""
-    if text.isdigit():
+    if _ROW_ID.fullmatch(text):
         return int(text)
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -90,7 +93,7 @@ def _start(text: str) -> int | datetime:
 @click.option("--follow/--no-follow", default=True, show_default=True,
               help="keep waiting for new changes, like tail -f; --no-follow stops at the checkpoint")
 @click.option("--interval", default=0.5, show_default=True, metavar="SECONDS", help="how often to look for "
-              "new changes when following")
+              f"new changes when following ({INTERVAL[0]:g} to {INTERVAL[1]:g})")
 @click.pass_obj
 def tail(app: App, channel: str, start: str | None, lines: int, dbname: str | None, tablename: str | None,
          optypes: tuple[str, ...], as_json: bool, follow: bool, interval: float) -> None:
@@ -111,14 +114,24 @@ def tail(app: App, channel: str, start: str | None, lines: int, dbname: str | No
         gate tail shop --from 2024-05-01T10:00:00 --no-follow --json | jq .new
     """
     check_identifier(channel, "Channel name")
+    if lines < 0:
+        raise InvalidValue(f"--lines must be 0 or more, not {lines}: it counts the rows before the checkpoint to show.")
+    if not INTERVAL[0] <= interval <= INTERVAL[1]:
+        raise InvalidValue(f"--interval must be between {INTERVAL[0]:g} and {INTERVAL[1]:g} seconds, not {interval:g} "
+                           f"(below {INTERVAL[0]:g} s tail would query the DC server in a tight loop).")
     json_lines = as_json or app.as_json
+    begin = _start(start) if start is not None else None
     with Consumer(app.dc, channel, dbname=dbname, tablename=tablename, optypes=optypes or None) as consumer:
-        begin = _start(start) if start is not None else None
         if isinstance(begin, datetime):
             consumer.cursor = consumer.position_at_time(begin)
         else:
+            checkpoint = consumer.checkpoint()
+            if begin is not None:
+                require_at_most_checkpoint(channel, begin - 1, checkpoint.id, f"--from {begin}",
+                                           f"Give --from {checkpoint.id + 1} or less ({checkpoint.id + 1}: only the "
+                                           "rows still to come).")
             consumer.cursor = consumer.position(max(0, begin - 1) if begin is not None
-                                                else max(consumer.purged_through(), consumer.checkpoint().id - lines))
+                                                else max(consumer.purged_through(), checkpoint.id - lines), checkpoint)
         changes = consumer.follow(interval) if follow else _until_checkpoint(consumer)
         try:
             for change in changes:

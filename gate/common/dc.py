@@ -20,6 +20,7 @@ from gate.common.errors import (
     ChannelExists,
     ChannelNotFound,
     ConnectionFailed,
+    CursorBeyondCheckpoint,
     GateError,
     MissingPrivileges,
     SchemaVersionError,
@@ -214,6 +215,30 @@ def stored_schema_version(conn: pymysql.Connection, name: str) -> int:
         cur.execute(f"SELECT value FROM {q(name)}.gate_meta WHERE name = 'schema_version'")
         row = cur.fetchone()
     return int(row[0]) if row else 0
+
+
+def migrate(conn: pymysql.Connection, name: str) -> None:
+    """Bring channel ``name`` (refused as :func:`schema_version` refuses) to this gate's schema version, one
+    version at a time, each recorded in gate_meta after its statements, which are safe to repeat should a
+    migration be interrupted. Needs ALTER on the channel's database (a DC user without it gets the grant)."""
+    version = schema_version(conn, name)
+    with conn.cursor() as cur:
+        for target in range(version + 1, dc_schema.SCHEMA_VERSION + 1):
+            cur.execute(f"USE {q(name)}")
+            try:
+                for statement in dc_schema.migration(target):
+                    cur.execute(statement)
+            except pymysql.err.MySQLError as exc:
+                if not exc.args or exc.args[0] != _ER_TABLE_ACCESS_DENIED:
+                    raise
+                cur.execute("SELECT CURRENT_USER()")
+                user, host = one_row(cur)[0].rsplit("@", 1)
+                raise MissingPrivileges(
+                    f"Channel '{name}' has DC schema version {target - 1}, and this gate ({GATE_VERSION}) upgrades it "
+                    f"to version {dc_schema.SCHEMA_VERSION} before using it, which needs ALTER on the database "
+                    f"'{name}'; the DC user {user}@{host} lacks it, so nothing was changed. Grant it on the DC server, "
+                    f"e.g. GRANT ALTER ON `{name}`.* TO '{user}'@'{host}', and run the command again.") from None
+            cur.execute(f"UPDATE {q(name)}.gate_meta SET value = %s WHERE name = 'schema_version'", (str(target),))
 
 
 def list_channels(conn: pymysql.Connection) -> list[str]:
@@ -445,6 +470,17 @@ def purged_through(conn: pymysql.Connection, channel: str) -> int:
             return int(checkpoint) if oldest is None else min(int(checkpoint), int(oldest) - 1)
         row = cur.fetchone()
     return int(row[0]) if row else 0
+
+
+def require_at_most_checkpoint(channel: str, after: int, checkpoint: int, what: str, fix: str) -> None:
+    """Refuse to read on after row ``after`` beyond the checkpoint: rows above it may be missing or
+    incomplete, and a reader that went on from there would skip them. ``what`` names the cursor or option
+    as the reader knows it; ``fix`` says what to give instead. Every reader's check (client, tail, Spark)."""
+    if after > checkpoint:
+        skipped = f"row {after}" if after == checkpoint + 1 else f"rows {checkpoint + 1} to {after}"
+        raise CursorBeyondCheckpoint(
+            f"{what} is beyond the checkpoint of channel '{channel}' (row {checkpoint}): rows above the checkpoint "
+            f"may be missing or incomplete, and reading on from there would skip {skipped} without a word. {fix}")
 
 
 def describe_retention(conn: pymysql.Connection, channel: str) -> str:

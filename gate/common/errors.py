@@ -161,6 +161,10 @@ class CursorExpiredError(GateError):
         self.purged_through = purged_through
 
 
+class CursorBeyondCheckpoint(InvalidValue):
+    """A reader's cursor or first row lies beyond the channel's checkpoint: reading on would skip rows."""
+
+
 class UnknownConsumer(GateError):
     """No consumer of that name is registered in the channel's gate_consumer table."""
 

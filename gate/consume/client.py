@@ -47,6 +47,7 @@ named one also SELECT, INSERT and UPDATE on ``gate_consumer`` (see docs/consumer
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -57,8 +58,8 @@ from typing import Any, TypeVar
 import pymysql
 
 from gate.common.config import check_identifier
-from gate.common.dc import describe_retention, purged_through
-from gate.common.errors import CursorExpiredError, InvalidValue
+from gate.common.dc import describe_retention, purged_through, require_at_most_checkpoint
+from gate.common.errors import CursorExpiredError, InvalidValue, SchemaVersionError
 from gate.common.retry import UNREACHABLE, error_code
 from gate.consume.link import DCServer, open_link
 
@@ -67,6 +68,8 @@ SNAPSHOT_OPTYPES = frozenset({"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"})
 OPTYPES = DML_OPTYPES | SNAPSHOT_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
 
 Image = dict[str, "str | None"]
+MAKE_CURSOR = ("Make one with consumer.position(ID), the cursor right after row ID (consumer.checkpoint() is the "
+               "newest), or start without one.")
 T = TypeVar("T")
 
 
@@ -155,8 +158,9 @@ class Consumer:
 
     ``name`` makes the cursor persistent (table ``gate_consumer``): a new Consumer with the same name
     resumes after the last :meth:`commit`. ``start`` overrides where to begin (default: the stored
-    cursor of ``name``, else the beginning). ``dbname``, ``tablename`` and ``optypes`` filter what
-    :meth:`poll` returns; the cursor still advances past the rows they leave out. ``dc`` is the DC
+    cursor of ``name``, else the beginning); a cursor the channel does not have is refused (:meth:`verify`).
+    ``dbname``, ``tablename`` and ``optypes`` filter what :meth:`poll` returns; the cursor still
+    advances past the rows they leave out. ``dc`` is the DC
     server's :class:`ServerConfig`, or a SQLAlchemy engine or URL (``mysql+pymysql://...``) whose pool
     lends the consumer its connection.
     """
@@ -185,8 +189,13 @@ class Consumer:
             self._where += f" AND optype IN ({', '.join(['%s'] * len(self.optypes))})"
             self._args.extend(sorted(self.optypes))
         self._link = open_link(dc, self.channel)
-        self._committed = self._stored_cursor()
-        self.cursor = start if start is not None else self._committed
+        try:
+            self._committed = self._stored_cursor()
+            self.cursor = self._first_cursor(start)
+        except BaseException:
+            self._link.close()
+            raise
+        self._verified = self.cursor  # poll() and commit() check a cursor the caller set (consumer.cursor = ...)
 
     def __enter__(self) -> Consumer:
         return self
@@ -217,8 +226,50 @@ class Consumer:
         """The cursor last committed under this consumer's name (the beginning for a new or unnamed one)."""
         if self.name is None:
             return Cursor()
-        rows = self._query("SELECT id, tid FROM gate_consumer WHERE name = %s", (self.name,))
-        return Cursor(int(rows[0][0]), int(rows[0][1])) if rows else Cursor()
+        rows = self._query("SELECT name, id, tid FROM gate_consumer WHERE name = %s", (self.name,))
+        if rows and rows[0][0] != self.name:
+            raise SchemaVersionError(
+                f"Consumer name {self.name!r} matches the registered consumer {rows[0][0]!r} of channel "
+                f"'{self.channel}' only because the channel's DC schema (version 1) compares names regardless of "
+                f"case, accents and trailing spaces. Upgrade it, which makes names exact: 'gate consumer list "
+                f"{self.channel}' (or the next 'gate run {self.channel}') does it.")
+        return Cursor(int(rows[0][1]), int(rows[0][2])) if rows else Cursor()
+
+    def _first_cursor(self, start: Cursor | None) -> Cursor:
+        if start is not None:
+            return self.verify(start, f"start={start!r}")
+        return self.verify(self._committed, f"The stored cursor of consumer '{self.name}', {self._committed!r},",
+                           f"Forget it with 'gate consumer drop {self.channel} {shlex.quote(self.name or '')} --yes' "
+                           "and start the consumer again from a cursor at or below the checkpoint.")
+
+    def verify(self, cursor: Cursor, what: str, fix: str = MAKE_CURSOR) -> Cursor:
+        """``cursor``, if it is one of this channel's: not negative, at most the checkpoint, and carrying the
+        tid of its row (a row retention removed is left to poll(), which tells whether rows after it are gone).
+        ``what`` names the cursor in the error, ``fix`` says what to do instead."""
+        if cursor == Cursor():
+            return cursor
+        if cursor.id < 0 or cursor.tid < 0:
+            raise InvalidValue(f"{what} is not a cursor: ids and tids are 0 or more (Cursor() is the beginning). {fix}")
+        checkpoint = self.checkpoint()
+        require_at_most_checkpoint(self.channel, cursor.id, checkpoint.id, what, fix)
+        if cursor.id in (0, checkpoint.id):
+            tid = checkpoint.tid if cursor.id else 0
+        else:
+            rows = self._query("SELECT tid FROM transfer_data WHERE id = %s", (cursor.id,))
+            if not rows:
+                return cursor
+            tid = int(rows[0][0])
+        if tid != cursor.tid:
+            raise InvalidValue(f"{what} does not fit channel '{self.channel}': its row {cursor.id} has tid {tid}, "
+                               f"not {cursor.tid}, so the cursor comes from another channel (or from one dropped "
+                               f"and created again). {fix}")
+        return cursor
+
+    def _checked_cursor(self) -> Cursor:
+        """The cursor, checked once after the caller set it."""
+        if self.cursor != self._verified:
+            self._verified = self.verify(self.cursor, f"consumer.cursor = {self.cursor!r}")
+        return self.cursor
 
     def checkpoint(self) -> Cursor:
         """The channel's checkpoint: every row up to it is present and complete."""
@@ -243,9 +294,10 @@ class Consumer:
         and not before the rows retention has removed (``position(consumer.purged_through())`` is the cursor
         before the oldest kept row)."""
         checkpoint = checkpoint or self.checkpoint()
-        if not 0 <= after_id <= checkpoint.id:
-            raise InvalidValue(f"Row {after_id} is not between 0 and the checkpoint of channel '{self.channel}', "
-                               f"{checkpoint.id}: rows above the checkpoint may be incomplete.")
+        if after_id < 0:
+            raise InvalidValue(f"Row {after_id} is not a row id: ids are 0 or more (0: before the first row).")
+        require_at_most_checkpoint(self.channel, after_id, checkpoint.id, f"Row {after_id}",
+                                   "Give a row at or below the checkpoint (consumer.checkpoint() is the newest).")
         if after_id in (0, checkpoint.id):
             if after_id == 0:
                 self.require_kept(0)
@@ -277,6 +329,7 @@ class Consumer:
     def poll(self) -> list[Change]:
         """The next changes after the cursor, at most ``batch``, never above the checkpoint; ``[]`` when
         caught up. Moves ``cursor`` past the rows returned (and past rows the filters left out)."""
+        self._checked_cursor()
         checkpoint = self.checkpoint()
         while self.cursor.id < checkpoint.id:
             end = min(checkpoint.id, self.cursor.id + self.batch)
@@ -284,7 +337,7 @@ class Consumer:
                 f"SELECT {_COLUMNS} FROM transfer_data WHERE id > %s AND id <= %s{self._where} ORDER BY id",
                 (self.cursor.id, end, *self._args))
             self.require_kept(self.cursor.id)
-            self.cursor = self.position(end, checkpoint)
+            self.cursor = self._verified = self.position(end, checkpoint)
             if rows:
                 return [Change.from_row(row) for row in rows]
         return []
@@ -294,6 +347,7 @@ class Consumer:
         if self.name is None:
             raise InvalidValue("Only a named consumer stores its cursor: give Consumer(..., name=...), or keep "
                                "consumer.cursor yourself and pass it back as start=.")
+        self._checked_cursor()
         self._query("INSERT INTO gate_consumer (name, id, tid) VALUES (%s, %s, %s) "
                     "ON DUPLICATE KEY UPDATE id = VALUES(id), tid = VALUES(tid)",
                     (self.name, self.cursor.id, self.cursor.tid))
