@@ -213,6 +213,12 @@ def test_key_rules_are_checked_whenever_the_capture_widens(gate: Gate, sandbox: 
         "source; gate needs key columns unchanged, so that row images stay identifiable. Fix: narrow the rules "
         f"('gate channel columns {unique_name} --clear', then the rules again) so that they leave key columns out, or "
         f"deny the table ('gate channel filter {unique_name} --deny db.table')\n")
+    assert sandbox.standby is not None
+    sandbox.wait_standby_caught_up()  # the standby has the same tables, keys and all
+    refused(gate, sandbox, ["channel", "set-source", unique_name, sandbox.standby.address], 1,
+            f"On the new source the column rule --mask '{db}.other.code' hits {db}.other.code, a primary-key column "
+            "there: row images must keep their key to stay identifiable. Nothing was stored; narrow the rule first "
+            f"('gate channel columns {unique_name} --clear', then the rules again) or deny the table.")
     refused(gate, sandbox, ["snapshot", unique_name], 1,
             f"Channel '{unique_name}' cannot snapshot every table asked for, so nothing was changed: the column rule "
             f"--mask '{db}.other.code' hits {db}.other.code, a column of the key the snapshot pages on (narrow the "

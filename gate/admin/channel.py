@@ -346,8 +346,9 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
     """Point the channel's ``role`` ("source" or "standby") at another server; ``address`` None removes the standby.
 
     Login options not given are kept from the current server of that role. A new standby starts with no
-    samples: the old standby's positions mean nothing on it. Returns the new settings and the preflight's
-    warnings.
+    samples: the old standby's positions mean nothing on it. A new source (checked unless ``check`` is
+    False) where a column rule hits a primary-key column of a captured table is refused. Returns the new
+    settings and the preflight's warnings.
     """
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
@@ -359,6 +360,12 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
             if check:
                 warnings = require_server(server, settings.server_id, role)
         settings = replace(settings, **{role: server})  # type: ignore[arg-type]  # role is source or standby
+        hits = key_hits(source_columns(settings), settings.columns) if role == "source" and check else []
+        if hits:
+            raise ColumnRuleRefused(
+                f"On the new source {'; '.join(hits)}, a primary-key column there: row images must keep their key "
+                f"to stay identifiable. Nothing was stored; narrow the rule first ('gate channel columns {name} "
+                "--clear', then the rules again) or deny the table.")
         dc.write_settings(conn, settings)
         if role == "standby":
             with conn.cursor() as cur:
