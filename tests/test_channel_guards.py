@@ -15,7 +15,7 @@ from typing import Any
 import pymysql
 from click.testing import Result
 
-from gate.devtools.sandbox import Sandbox
+from gate.devtools.sandbox import Sandbox, free_port
 from tests.test_channel_cli import create, dc_state, query, refused
 
 Gate = Callable[..., Result]
@@ -261,3 +261,9 @@ def test_status_refuses_a_sample_that_is_no_duration(gate: Gate, sandbox: Sandbo
     for sample in ("-1", "nan", "inf", "3601"):
         refused(gate, sandbox, ["status", "any", "--sample", sample], 2,
                 f"--sample must be a number of seconds from 0 (no sample) to 3600, not {float(sample)}.")
+
+
+def test_create_without_check_or_snapshot_does_not_ask_the_source(gate: Gate, sandbox: Sandbox,
+                                                                  unique_name: str) -> None:
+    result = gate("channel", "create", unique_name, "--source", f"127.0.0.1:{free_port()}", "--no-check")
+    assert (result.exit_code, result.stderr) == (0, "")

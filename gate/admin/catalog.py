@@ -99,7 +99,9 @@ def rule_problems(settings: ChannelSettings) -> list[Problem]:
 def snapshot_refusals(source: ServerConfig, tables: Sequence[Table], rules: Sequence[ColumnRule]) -> list[str]:
     """Why a snapshot of each of ``tables`` would be refused by 'gate run' (none for those it can read): no
     primary key nor unique key on NOT NULL columns to page on, or a column rule on that key."""
-    refusals = []
+    refusals: list[str] = []
+    if not tables:
+        return refusals
     with dc.connect(source, "source") as conn, conn.cursor() as cur:
         for db, table in tables:
             key = choose_key(cur, db, table, read_columns(cur, db, table))
