@@ -360,7 +360,8 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
             if check:
                 warnings = require_server(server, settings.server_id, role)
         settings = replace(settings, **{role: server})  # type: ignore[arg-type]  # role is source or standby
-        hits = key_hits(source_columns(settings), settings.columns) if role == "source" and check else []
+        widens = role == "source" and check and settings.columns
+        hits = key_hits(source_columns(settings), settings.columns) if widens else []
         if hits:
             raise ColumnRuleRefused(
                 f"On the new source {'; '.join(hits)}, a primary-key column there: row images must keep their key "
