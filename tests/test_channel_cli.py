@@ -63,10 +63,10 @@ def dc_state(sandbox: Sandbox) -> dict[str, Any]:
             "users": rows("SELECT User, Host FROM mysql.user ORDER BY 1, 2"),
             "grants": rows("SELECT Host, Db, User, Table_name, Table_priv FROM mysql.tables_priv ORDER BY 1, 2, 3, 4"),
         }
-        for (db,) in rows("SELECT table_schema FROM information_schema.tables WHERE table_name = 'gate_meta'"):
-            for table, columns in [("gate_meta", "*"), ("gate_settings", "*"), ("transfer_checkpoint", "*"),
-                                   ("gate_resume", "id, tid, log_file, log_pos, gtid_pos, instance_name")]:
-                state[f"{db}.{table}"] = rows(f"SELECT {columns} FROM `{db}`.{table} ORDER BY 1")
+        for db, table in rows("SELECT table_schema, table_name FROM information_schema.tables WHERE table_name IN "
+                              "('gate_meta', 'gate_settings', 'transfer_checkpoint', 'gate_resume', 'gate_snapshot')"):
+            columns = "id, tid, log_file, log_pos, gtid_pos, instance_name" if table == "gate_resume" else "*"
+            state[f"{db}.{table}"] = rows(f"SELECT {columns} FROM `{db}`.{table} ORDER BY 1")
     return state
 
 
@@ -170,9 +170,10 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
-    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": 0,
-            "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None, "source": sandbox.source.address,
-            "standby": sandbox.standby.address, "schema_version": 2} in json.loads(as_json.stdout)
+    assert {"channel": unique_name, "state": "stopped", "problem": None, "gate": None, "lag_seconds": None,
+            "checkpoint_id": 0, "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None,
+            "source": sandbox.source.address, "standby": sandbox.standby.address,
+            "schema_version": 2} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
@@ -212,12 +213,12 @@ def test_drop_needs_confirmation(gate: Gate, sandbox: Sandbox, unique_name: str)
 
 def test_drop_a_channel_whose_creation_stopped_part_way(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
     unfinished = (f"Channel '{unique_name}' was not completely created (its creation stopped part way), so gate "
-                  f"cannot use it. Remove it with 'gate channel drop {unique_name}' and create it again.")
+                  f"cannot use it. Run the same 'gate channel create {unique_name} ...' again to complete it (it "
+                  f"replaces what was made), or remove it with 'gate channel drop {unique_name}'.")
     create(gate, sandbox, unique_name)
     with sandbox.dc.connect() as conn, conn.cursor() as cur:  # as a creation cut short before its last step
         cur.execute(f"DELETE FROM `{unique_name}`.gate_meta")
-    for command in (["show", unique_name], ["filter", unique_name], ["create", unique_name, "--source",
-                                                                         sandbox.source.address]):
+    for command in (["show", unique_name], ["filter", unique_name]):
         refused(gate, sandbox, ["channel", *command], 1, unfinished)
     result = gate("--json", "channel", "drop", unique_name, "--yes")
     assert (result.exit_code, json.loads(result.stdout)) == (0, {"dropped": unique_name}), result.stderr
@@ -227,6 +228,9 @@ def test_drop_a_channel_whose_creation_stopped_part_way(gate: Gate, sandbox: San
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP TABLE `{unique_name}`.gate_meta, `{unique_name}`.gate_settings")
     refused(gate, sandbox, ["channel", "show", unique_name], 1, unfinished)
+    create(gate, sandbox, unique_name)  # the same create again completes it
+    assert query(sandbox, f"SELECT name FROM `{unique_name}`.gate_meta ORDER BY 1") == [("created_by",),
+                                                                                       ("schema_version",)]
     assert gate("channel", "drop", unique_name, "--yes").exit_code == 0
     # made by a gate that did not comment its databases yet: every table, no settings, an empty gate_meta
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
@@ -370,8 +374,9 @@ def test_filter(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
         ["shop.*", "crm.customer?"], ["*.audit_log"])
     for bad in ("shop", "a.b.c", "shop.`x`", "shop.t;", ".t", "db.", "db.t-1"):
         refused(gate, sandbox, ["channel", "filter", unique_name, "--deny", bad], 2,
-                f"Filter pattern {bad!r} is not valid. Write db.table with exactly one dot, using letters, digits, _ "
-                "and $, and the wildcards * (any run of characters) and ? (one character), e.g. shop.* or *.audit_log.")
+                f"Filter pattern {bad!r} is not valid. Write db.table with exactly one dot, using letters (of any "
+                "alphabet), digits, _ and $, and the wildcards * (any run of characters) and ? (one character), e.g. "
+                "shop.* or *.audit_log.")
     result = gate("--json", "channel", "filter", unique_name, "--clear", "--deny", "tmp_*.*")
     assert json.loads(result.stdout) == {"channel": unique_name, "allow": [], "deny": ["tmp_*.*"]}
     assert json.loads(gate("--json", "channel", "filter", unique_name).stdout)["deny"] == ["tmp_*.*"]
@@ -393,9 +398,13 @@ def test_set_position(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
     assert result.exit_code == 0, result.stderr
     assert resume_row(sandbox, unique_name) == (7, 3, log_file, 4, None, source)
     assert f"log_file       {log_file}\nlog_pos        4\n" in result.stdout
-    result = gate("--json", "channel", "set-position", unique_name, "--gtid", "0-1-5,1-2-3")
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{unique_name}`")  # a GTID the source has binlogged
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (gtid,) = cur.fetchone()
+    result = gate("--json", "channel", "set-position", unique_name, "--gtid", gtid)
     assert json.loads(result.stdout) == {"channel": unique_name, "id": 7, "tid": 3, "log_file": None, "log_pos": None,
-                                         "gtid_pos": "0-1-5,1-2-3", "instance_name": source, "event_time": None}
+                                         "gtid_pos": gtid, "instance_name": source, "event_time": None}
     gate("channel", "set-position", unique_name, "--now")
     with sandbox.source.connect() as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
@@ -543,9 +552,9 @@ def test_unreachable_and_refused_servers(gate: Gate, sandbox: Sandbox, unique_na
          "Give the source password either literally or as an environment variable, not both."),
         (["--source-password-env", "1X"], "'1X' is not an environment variable name. Use letters, digits and "
                                           "underscores, not starting with a digit, e.g. SOURCE_PASSWORD."),
-        (["--allow", "shop"], "Filter pattern 'shop' is not valid. Write db.table with exactly one dot, using letters, "
-                              "digits, _ and $, and the wildcards * (any run of characters) and ? (one character), "
-                              "e.g. shop.* or *.audit_log."),
+        (["--allow", "shop"], "Filter pattern 'shop' is not valid. Write db.table with exactly one dot, using letters "
+                              "(of any alphabet), digits, _ and $, and the wildcards * (any run of characters) and ? "
+                              "(one character), e.g. shop.* or *.audit_log."),
     ]:
         refused(gate, sandbox, ["channel", "create", unique_name, "--source", sandbox.source.address, *options], 2,
                 message)
@@ -598,9 +607,9 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
                 "use. Run the gate version that created it, or create a new channel and let it start from a fresh "
                 "position.", env={"X": "x"})
     listed = json.loads(gate("--json", "channel", "list").stdout)
-    assert {"channel": unique_name, "state": "stopped", "gate": None, "lag_seconds": None, "checkpoint_id": None,
-            "checkpoint_tid": None, "metrics_address": None, "metrics_port": None, "source": None, "standby": None,
-            "schema_version": 99} in listed
+    assert {"channel": unique_name, "state": "stopped", "problem": None, "gate": None, "lag_seconds": None,
+            "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None, "metrics_port": None,
+            "source": None, "standby": None, "schema_version": 99} in listed
     foreign = f"{unique_name}_app"
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{foreign}`")

@@ -43,7 +43,8 @@ def listed(gate: Gate, *channels: str) -> tuple[list[str], dict[str, list[str]],
     lines = text.stdout.splitlines()
     as_json = gate("--json", "channel", "list")
     entries = {entry["channel"]: entry for entry in json.loads(as_json.stdout)}
-    return (lines[0].split(), {line.split()[0]: line.split() for line in lines[1:] if line.split()[0] in channels},
+    return (lines[0].split(), {line.split()[0]: line.split() for line in lines[1:] if line.split()[:1] in [[c] for c
+                                                                                                  in channels]},
             {name: entries[name] for name in channels})
 
 
@@ -83,11 +84,13 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
     assert lines[stopped] == [stopped, "stopped", "-", lines[stopped][3], "1", "1", f"127.0.0.1:{stopped_port}", src,
                               "-", "2"]
     assert entries[live] == {
-        "channel": live, "state": "running", "gate": {"connection": connection, "host": host, "pid": run.pid},
+        "channel": live, "state": "running", "problem": None,
+        "gate": {"connection": connection, "host": host, "pid": run.pid},
         "lag_seconds": 0.0, "checkpoint_id": 2, "checkpoint_tid": 2, "metrics_address": "127.0.0.1",
         "metrics_port": live_port, "source": src, "standby": None, "schema_version": 2}
     assert entries[stopped] == {
-        "channel": stopped, "state": "stopped", "gate": None, "lag_seconds": entries[stopped]["lag_seconds"],
+        "channel": stopped, "state": "stopped", "problem": None, "gate": None,
+        "lag_seconds": entries[stopped]["lag_seconds"],
         "checkpoint_id": 1, "checkpoint_tid": 1, "metrics_address": "127.0.0.1", "metrics_port": stopped_port,
         "source": src, "standby": None, "schema_version": 2}
     assert 1000 <= float(entries[stopped]["lag_seconds"]) <= 1001 + time.time() - inserted_at  # type: ignore[arg-type]
@@ -175,6 +178,7 @@ def test_gate_run_records_itself_only_in_a_channel_of_its_schema(gate: Gate, san
                          text=True, timeout=60)
     assert (run.returncode, run.stderr) == (1, (
         f"error: Channel '{unique_name}' was not completely created (its creation stopped part way), so gate cannot "
-        f"use it. Remove it with 'gate channel drop {unique_name}' and create it again.\n"))
+        f"use it. Run the same 'gate channel create {unique_name} ...' again to complete it (it replaces what was "
+        f"made), or remove it with 'gate channel drop {unique_name}'.\n"))
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
         assert cur.execute(f"SELECT * FROM `{unique_name}`.gate_meta") == 0

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 from click.testing import Result
 
+from gate.admin.catalog import check_pattern
 from gate.capture.pipeline import FILTER_EVERY, Pipeline
 from gate.common.columns import MASK, ColumnRule, chain, matching, parse_rules, rule_keys
 from gate.common.config import ChannelDefaults
@@ -48,6 +49,33 @@ def test_parse_rules_keeps_the_order_and_refuses_malformed_ones() -> None:
         parse_rules(truncate=["s.t.d=0"])
     with pytest.raises(InvalidValue, match="'1X' is not an environment variable name"):
         parse_rules(hash_=["s.t.c"], hash_key_env="1X")
+
+
+def test_parse_rules_refuses_nonsense_lengths_and_a_key_without_hash_rules() -> None:
+    for spec in ("shop.orders.email=\u00b2", f"shop.orders.email={10**28}", "shop.orders.email=5\n"):
+        with pytest.raises(InvalidValue) as caught:
+            parse_rules(truncate=[spec])
+        assert str(caught.value) == (
+            f"--truncate {spec!r} is not valid. Write db.table.column=N with N a whole number of characters (bytes "
+            "for binary columns) from 1 to 4294967295, e.g. shop.docs.body=100.")
+    assert parse_rules(truncate=["s.t.d=4294967295"]) == [ColumnRule("truncate", "s.t.d", length=4294967295)]
+    with pytest.raises(InvalidValue) as caught:
+        parse_rules(mask=["s.t.c"], hash_key_env="GATE_HASH_KEY")
+    assert str(caught.value) == ("--hash-key-env is given without --hash: it names the key of --hash rules only. Add "
+                                 "--hash PATTERN, or leave --hash-key-env out.")
+
+
+def test_patterns_take_names_in_any_alphabet() -> None:
+    assert parse_rules(mask=["shop.people.pr\u00e9nom", "\u5546\u5e97.*.\u540d\u524d"]) == [
+        ColumnRule("mask", "shop.people.pr\u00e9nom"), ColumnRule("mask", "\u5546\u5e97.*.\u540d\u524d")]
+    assert check_pattern("caf\u00e9.cr\u00e8me_*") == "caf\u00e9.cr\u00e8me_*"
+    for bad in ("shop.people.pr\u00e9nom x", "shop.people.a`b", "shop.people.name\n"):
+        with pytest.raises(InvalidValue) as caught:
+            parse_rules(mask=[bad])
+        assert str(caught.value) == (
+            f"Column pattern {bad!r} of --mask is not valid. Write db.table.column with exactly two dots, using "
+            "letters (of any alphabet), digits, _ and $, and the wildcards * and ?, e.g. shop.users.password_hash "
+            "or *.*.email.")
 
 
 def test_matching_is_fnmatch_on_db_table_column_and_case_sensitive() -> None:

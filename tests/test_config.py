@@ -62,8 +62,12 @@ def test_missing_environment_variable() -> None:
         "config.yaml line 2: dc.password refers to the environment variable GATE_TEST_UNSET, which is not set.")
 
 
-def test_defaults_when_empty_or_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert parse_config("") == Config()
+def test_defaults_when_absent_and_an_empty_file_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for empty in ("", "# nothing yet\n\n"):
+        assert error_of(empty) == (
+            "config.yaml is empty (or holds only comments), so it names no DC server. Give at least its dc section "
+            "(host, port, user, password), or remove the file to use the built-in defaults (a DC at 127.0.0.1:3306 "
+            "as root).")
     assert parse_config("dc:\n") == Config()
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GATE_CONFIG", raising=False)

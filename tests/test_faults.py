@@ -101,7 +101,7 @@ def test_purged_resume_position_is_refused_with_the_oldest_binlog_named(make_san
         f"The resume position {file}:{pos} is no longer on the source "
         f"{box.source.address}: its oldest binary log is {oldest}. The changes in between are lost "
         "to gate. Rebuild the consumers' copy and set a new start position "
-        "('gate channel set-position NAME --now'), or restore the binlogs."
+        "('gate channel set-position purged --now'), or restore the binlogs."
     )
     with box.dc.connect("purged") as conn, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM transfer_data")

@@ -107,9 +107,9 @@ def test_request_matches_patterns_reports_pending_and_refuses_unknown_ones(
             "...'.\n")
     result = gate("snapshot", name, "--table", "nodot")
     assert (result.exit_code, result.stderr) == (2, "error: Filter pattern 'nodot' is not valid. Write db.table with "
-                                                    "exactly one dot, using letters, digits, _ and $, and the wildcards "
-                                                    "* (any run of characters) and ? (one character), e.g. shop.* or "
-                                                    "*.audit_log.\n")
+                                                    "exactly one dot, using letters (of any alphabet), digits, _ "
+                                                    "and $, and the wildcards * (any run of characters) and ? (one "
+                                                    "character), e.g. shop.* or *.audit_log.\n")
     gate("channel", "filter", name, "--clear", "--allow", "nothing_here.*")
     result = gate("snapshot", name)
     assert (result.exit_code, result.stderr) == (

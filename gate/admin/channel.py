@@ -15,13 +15,15 @@ import pymysql
 
 import dc_schema
 from gate.admin import retention
+from gate.admin import snapshot as snapshots
+from gate.admin.catalog import captured, check_pattern, key_hits, rule_problems, source_columns, source_tables
 from gate.admin.lag import source_lag
+from gate.admin.position import check_file_position, check_gtid
 from gate.admin.preflight import Problem, check_server, require_server
 from gate.capture import failover
-from gate.capture.reader import binlog_files, current_position
-from gate.capture.translate import TableFilter
+from gate.capture.reader import current_position
 from gate.common import dc
-from gate.common.columns import ColumnRule, matching
+from gate.common.columns import ColumnRule
 from gate.common.config import (
     ChannelDefaults,
     Secret,
@@ -32,17 +34,21 @@ from gate.common.config import (
     parse_address,
 )
 from gate.common.dc import ChannelSettings, ResumeState
-from gate.common.errors import ChannelBusy, ColumnRuleRefused, InvalidIdentifier, InvalidValue
+from gate.common.errors import (
+    ChannelBusy,
+    ChannelDamaged,
+    ColumnRuleRefused,
+    ConnectionFailed,
+    InvalidIdentifier,
+    InvalidValue,
+    SchemaVersionError,
+)
 
 SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
 MAX_SERVER_ID = 2**32 - 1
-_PATTERN = re.compile(r"^[A-Za-z0-9_$*?]+\.[A-Za-z0-9_$*?]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MARIADB_GTID = re.compile(r"^[0-9]+-[0-9]+-[0-9]+(,[0-9]+-[0-9]+-[0-9]+)*$")
 _ACCOUNT_USER = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 _ACCOUNT_HOST = re.compile(r"^[A-Za-z0-9_.%:/-]{1,255}$")
-_ER_NO_BINARY_LOGGING = 1381
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")  # never a source's data
 
 
 def default_server_id(name: str) -> int:
@@ -83,17 +89,6 @@ def env_password(variable: str, role: str) -> Secret:
     return Secret(f"${{{variable}}}", f"The {role} password")
 
 
-def check_pattern(pattern: str) -> str:
-    """A ``db.table`` filter pattern: exactly one dot, names of letters, digits, _ and $, wildcards * and ?."""
-    if not _PATTERN.match(pattern):
-        raise InvalidValue(
-            f"Filter pattern {pattern!r} is not valid. Write db.table with exactly one dot, using letters, "
-            "digits, _ and $, and the wildcards * (any run of characters) and ? (one character), "
-            "e.g. shop.* or *.audit_log."
-        )
-    return pattern
-
-
 def _merged(patterns: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:
     """``patterns`` followed by the new valid ones of ``more``, without repeats."""
     return tuple(dict.fromkeys(patterns + tuple(check_pattern(p) for p in more)))
@@ -103,10 +98,13 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
            standby: ServerConfig | None = None, *, server_id: int | None = None, timezone: str | None = None,
            binary_format: str | None = None, writers: int | None = None, allow: tuple[str, ...] = (),
            deny: tuple[str, ...] = (), check: bool = True, retain_days: int | None = None,
-           consumer_max_idle_days: float | None = None) -> tuple[ChannelSettings, list[Problem]]:
-    """Create channel ``name``: validate, check the servers (unless ``check`` is False), create its DC database.
+           consumer_max_idle_days: float | None = None,
+           snapshot: bool = False) -> tuple[ChannelSettings, list[Problem], snapshots.SnapshotRequest | None]:
+    """Create channel ``name``: validate, check the servers (unless ``check`` is False), create its DC database,
+    with ``snapshot`` a snapshot request for every table it captures on the source, all in one DC transaction.
 
-    Returns the settings and the preflight's warnings.
+    A channel whose creation stopped part way is replaced. Returns the settings, the preflight's warnings
+    and the snapshot requests.
     """
     check_identifier(name, "Channel name")
     chosen: dict[str, Any] = {"timezone": timezone, "binary_format": binary_format, "writers": writers,
@@ -125,13 +123,29 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
     warnings: list[Problem] = []
     with dc.connect(dc_server, "DC") as conn:
         dc.check_new(conn, name)
+        holder = dc.take_lock(conn, name)
+        if holder is not None:
+            raise ChannelBusy(f"Channel '{name}' is in use: another gate process holds its lock (DC connection "
+                              f"{holder}), e.g. a create of the same name. Wait for it to end, then look with "
+                              "'gate channel list'.")
         dc.check_privileges(conn, name)
         if check:
             warnings += require_server(source, server_id, "source")
             if standby is not None:
                 warnings += require_server(standby, server_id, "standby", source)
-        dc.create_channel(conn, settings)
-    return settings, warnings
+        tables = captured(source_tables(source), settings.allow, settings.deny) if snapshot else []
+        snapshots.refuse_unreadable(settings, tables, "create the channel without --snapshot and request the "
+                                                      f"others with 'gate snapshot {name} --table PATTERN'")
+        requested = snapshots.SnapshotRequest(name, "channel create")
+        try:
+            dc.create_channel(conn, settings, lambda cur: snapshots.add_requests(cur, requested, tables))
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            raise ConnectionFailed(
+                f"The DC server {dc_server.address} failed while channel '{name}' was being created (error "
+                f"{exc.args[0]}: {exc.args[1] if len(exc.args) > 1 else exc}), so it "
+                f"is not complete. Once the DC server answers again, run the same 'gate channel create' again: it "
+                f"completes the channel; or remove what was made with 'gate channel drop {name} --yes'.") from None
+    return settings, warnings, requested if snapshot else None
 
 
 def _masked(server: ServerConfig | None) -> dict[str, Any] | None:
@@ -171,15 +185,22 @@ def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
     """One entry per channel on the DC server: whether a gate runs it (the lock's holder, with the host and
     pid it recorded), its lag (as 'gate status' computes it), checkpoint, metrics address, servers and
     schema version. Of a channel with an incompatible schema only its name, version, state and the lock's
-    DC connection: its tables may mean something else."""
+    DC connection: its tables may mean something else. A channel gate cannot use as it is has the state
+    ``incomplete`` (its creation stopped part way) or ``damaged`` (a table is missing), and ``problem``
+    says what to do."""
     result = []
     with dc.connect(dc_server, "DC") as conn:
-        for name in dc.list_channels(conn):
-            version = dc.stored_schema_version(conn, name)
-            compatible = version in dc_schema.COMPATIBLE_VERSIONS
+        for name in dc.list_channels(conn, commented=True):
+            broken = _broken(conn, name)
+            meta = "gate_meta" not in dc.missing_tables(conn, name)
+            if not meta and broken is None:
+                continue  # gate's comment on a database that is no channel of gate's
+            version = dc.stored_schema_version(conn, name) if meta else 0
+            compatible = version in dc_schema.COMPATIBLE_VERSIONS and broken is None
             holder, runner = dc.running_gate(conn, name) if compatible else (dc.lock_holder(conn, name), None)
             row: dict[str, Any] = {
-                "channel": name, "state": "stopped" if holder is None else "running",
+                "channel": name, "state": broken[0] if broken else "stopped" if holder is None else "running",
+                "problem": broken and broken[1],
                 "gate": None if holder is None else {"connection": holder, "host": runner and runner.host,
                                                      "pid": runner and runner.pid},
                 "lag_seconds": None, "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None,
@@ -194,6 +215,20 @@ def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
                            standby=settings.standby.address if settings.standby else None)
             result.append(row)
     return result
+
+
+def _broken(conn: pymysql.Connection, name: str) -> tuple[str, str] | None:
+    """The state and message of a channel database gate cannot use as it is: ``incomplete`` (its creation
+    stopped part way) or ``damaged`` (a table missing); None for others."""
+    if dc.unfinished(conn, name):
+        return "incomplete", dc.unfinished_message(name)
+    try:
+        dc.schema_version(conn, name)
+    except ChannelDamaged as exc:
+        return "damaged", str(exc)
+    except SchemaVersionError:
+        pass
+    return None
 
 
 def _metrics_at(settings: ChannelSettings, runner: dc.Runner | None) -> tuple[str, int] | None:
@@ -231,6 +266,9 @@ def drop_prompt(dc_server: ServerConfig, name: str, force: bool = False) -> tupl
         _lock_for_drop(conn, name, force)
         if dc.channel_exists(conn, name) and dc.unfinished(conn, name):
             return f"Dropping channel '{name}' deletes its DC database, whose creation stopped part way", []
+        broken = _broken(conn, name) if dc.channel_exists(conn, name) else None
+        if broken is not None:
+            return f"Dropping channel '{name}' deletes its DC database, which is {broken[0]}", []
         dc.schema_version(conn, name)
         rows = dc.read_resume(conn, name).id
         consumers = retention.registered(conn, name)
@@ -248,25 +286,48 @@ def drop(dc_server: ServerConfig, name: str, force: bool = False) -> tuple[int |
     with dc.connect(dc_server, "DC") as conn:
         running = _lock_for_drop(conn, name, force)
         consumers: list[dict[str, Any]] = []
-        if not (dc.channel_exists(conn, name) and dc.unfinished(conn, name)):
-            dc.schema_version(conn, name)
+        if dc.channel_exists(conn, name) and _broken(conn, name) is None:
             consumers = retention.registered(conn, name)
         dc.drop_channel(conn, name)
     return running, consumers
 
 
 def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = (),
-               clear: bool = False) -> ChannelSettings:
-    """Add allow/deny patterns (after emptying both lists if ``clear``); nothing given only reads them."""
+               clear: bool = False,
+               snapshot: bool = False) -> tuple[ChannelSettings, snapshots.SnapshotRequest | None]:
+    """Add allow/deny patterns (after emptying both lists if ``clear``); nothing given only reads them.
+
+    Refused when a column rule hits a primary-key column of a table the new lists capture on the source.
+    With ``snapshot``, requests a snapshot of each table on the source the new lists capture and the old
+    ones did not, in the DC transaction that stores the lists (refused when one cannot be snapshotted).
+    """
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
-        settings = dc.read_settings(conn, name)
+        before = dc.read_settings(conn, name)
         if not allow and not deny and not clear:
-            return settings
-        kept_allow, kept_deny = ((), ()) if clear else (settings.allow, settings.deny)
-        settings = replace(settings, allow=_merged(kept_allow, allow), deny=_merged(kept_deny, deny))
-        dc.write_settings(conn, settings)
-    return settings
+            return before, snapshots.SnapshotRequest(name, "channel filter") if snapshot else None
+        kept_allow, kept_deny = ((), ()) if clear else (before.allow, before.deny)
+        settings = replace(before, allow=_merged(kept_allow, allow), deny=_merged(kept_deny, deny))
+        hits = key_hits(source_columns(settings), settings.columns) if settings.columns else []
+        if hits:
+            raise ColumnRuleRefused(
+                f"With these lists {'; '.join(hits)}, a primary-key column on the source: row images must keep "
+                f"their key to stay identifiable. Nothing was stored; narrow the rule first ('gate channel columns "
+                f"{name} --clear', then the rules again) or deny the table.")
+        requested = None
+        if snapshot:
+            tables = snapshots.newly_captured(source_tables(settings.source), before, settings)
+            snapshots.refuse_unreadable(settings, tables, "narrow the lists so that they leave the table out")
+            requested = snapshots.SnapshotRequest(name, "channel filter", running_gate=dc.lock_holder(conn, name))
+            with conn.cursor() as cur:
+                snapshots.ensure_table(cur, name)
+        conn.begin()
+        with conn.cursor() as cur:
+            dc.store_settings(cur, settings)
+            if requested is not None:
+                snapshots.add_requests(cur, requested, tables)
+        conn.commit()
+    return settings, requested
 
 
 def set_columns(dc_server: ServerConfig, name: str, rules: list[ColumnRule], clear: bool = False) -> ChannelSettings:
@@ -279,39 +340,14 @@ def set_columns(dc_server: ServerConfig, name: str, rules: list[ColumnRule], cle
             return settings
         kept = () if clear else settings.columns
         new = tuple(dict.fromkeys(kept + tuple(rules)))
-        for db, table, column, key in source_columns(settings):
-            hits = matching(rules, db, table, column)
-            if hits and key:
-                raise ColumnRuleRefused(
-                    f"The column rule {hits[0].describe()} hits {db}.{table}.{column}, a primary-key column on the "
-                    f"source: row images must keep their key to stay identifiable. Nothing was stored; narrow the "
-                    "pattern so it leaves key columns out.")
+        hits = key_hits(source_columns(settings), rules)
+        if hits:
+            raise ColumnRuleRefused(
+                f"T{hits[0][1:]}, a primary-key column on the source: row images must keep their key to stay "
+                "identifiable. Nothing was stored; narrow the pattern so it leaves key columns out.")
         settings = replace(settings, columns=new)
         dc.write_settings(conn, settings)
     return settings
-
-
-def source_columns(settings: ChannelSettings) -> list[tuple[str, str, str, bool]]:
-    """Every column of the tables the channel captures, from its source's information_schema:
-    (db, table, column, in the primary key)."""
-    captured = TableFilter(settings.allow, settings.deny)
-    with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
-        cur.execute("SELECT table_schema, table_name, column_name, column_key = 'PRI' FROM information_schema.columns "
-                    f"WHERE table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", SYSTEM_SCHEMAS)
-        return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()
-                if captured.passes(db, table)]
-
-
-def unmatched_rules(settings: ChannelSettings) -> list[Problem]:
-    """A column rule that matches no column of the source's tables (a typo, or a column not there yet)."""
-    if not settings.columns:
-        return []
-    columns = source_columns(settings)
-    return [Problem(f"column rule {rule.describe()}", "matching no column of a captured table on the source",
-                    "a rule that matches a column", "correct the pattern with 'gate channel columns "
-                    f"{settings.name} --clear' and the rules again (harmless if the column is still to come)",
-                    fatal=False)
-            for rule in settings.columns if not any(matching([rule], *c[:3]) for c in columns)]
 
 
 def set_server(dc_server: ServerConfig, name: str, role: str, address: str | None, user: str | None = None,
@@ -320,8 +356,9 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
     """Point the channel's ``role`` ("source" or "standby") at another server; ``address`` None removes the standby.
 
     Login options not given are kept from the current server of that role. A new standby starts with no
-    samples: the old standby's positions mean nothing on it. Returns the new settings and the preflight's
-    warnings.
+    samples: the old standby's positions mean nothing on it. A new source (checked unless ``check`` is
+    False) where a column rule hits a primary-key column of a captured table is refused. Returns the new
+    settings and the preflight's warnings.
     """
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
@@ -333,6 +370,13 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
             if check:
                 warnings = require_server(server, settings.server_id, role)
         settings = replace(settings, **{role: server})  # type: ignore[arg-type]  # role is source or standby
+        widens = role == "source" and check and settings.columns
+        hits = key_hits(source_columns(settings), settings.columns) if widens else []
+        if hits:
+            raise ColumnRuleRefused(
+                f"On the new source {'; '.join(hits)}, a primary-key column there: row images must keep their key "
+                f"to stay identifiable. Nothing was stored; narrow the rule first ('gate channel columns {name} "
+                "--clear', then the rules again) or deny the table.")
         dc.write_settings(conn, settings)
         if role == "standby":
             with conn.cursor() as cur:
@@ -354,35 +398,12 @@ def set_position(dc_server: ServerConfig, name: str, *, log_file: str | None = N
             at = current_position(source)
             log_file, log_pos, gtid = at.log_file, at.log_pos, at.gtid_pos
         elif gtid is not None:
-            if not _MARIADB_GTID.match(gtid):
-                raise InvalidValue(
-                    f"GTID position {gtid!r} is not valid. Give a MariaDB GTID list such as 0-1-42 or "
-                    "0-1-42,1-2-7 (domain-server-sequence, one per replication domain)."
-                )
+            check_gtid(source, gtid)
         else:
-            _check_file_position(source, log_file, log_pos)
+            check_file_position(source, log_file, log_pos)
         with conn.cursor() as cur:
             dc.write_start_position(cur, name, log_file, log_pos, gtid, source.address)
         return dc.read_resume(conn, name)
-
-
-def _check_file_position(source: ServerConfig, log_file: str | None, log_pos: int | None) -> None:
-    if log_file is None or log_pos is None:
-        raise InvalidValue("Give --file and --pos together.")
-    if log_pos < 4:
-        raise InvalidValue(f"--pos {log_pos} is before the first event of a binlog file; positions start at 4.")
-    try:
-        files = binlog_files(source)
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] != _ER_NO_BINARY_LOGGING:
-            raise
-        files = []
-    if log_file not in files:
-        have = (" to ".join(dict.fromkeys((files[0], files[-1]))) if files else "none (binary logging is off)")
-        raise InvalidValue(
-            f"The source {source.address} has no binary log {log_file!r}; its binary logs are {have} "
-            "(SHOW BINARY LOGS). Give one of those, or use --now to start at the current end."
-        )
 
 
 def grant(dc_server: ServerConfig, name: str, user: str, host: str = "%", password_env: str | None = None) -> bool:
@@ -429,7 +450,7 @@ def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
          "problems": check_server(server, settings.server_id, role, replicates_from)}
         for role, server, replicates_from in servers]
     if not any(p.fatal for p in results[0]["problems"]):
-        results[0]["problems"] += unmatched_rules(settings)
+        results[0]["problems"] += rule_problems(settings)
     return results
 
 

@@ -19,19 +19,16 @@ from typing import Any
 import pymysql
 
 import dc_schema
-from gate.admin.channel import SYSTEM_SCHEMAS, check_pattern
-from gate.capture.translate import TableFilter
+from gate.admin.catalog import Table, captured, check_pattern, snapshot_refusals, source_tables
 from gate.common import dc
 from gate.common.config import ServerConfig, check_identifier
 from gate.common.dc import ChannelSettings, q
-from gate.common.errors import InvalidValue
+from gate.common.errors import InvalidValue, SnapshotRefused
 
 TABLE = "gate_snapshot"
 ACTIVE = ("requested", "running")  # a table with a snapshot in one of these states gets no second request
 LISTED = 20  # captured tables named in an error before "and N more"
 _ER_NO_SUCH_TABLE = 1146
-
-Table = tuple[str, str]  # (dbname, tablename)
 
 
 @dataclass(frozen=True)
@@ -53,21 +50,6 @@ def ensure_table(cur: pymysql.cursors.Cursor, channel: str) -> None:
     """Channels created before snapshots lack the table: create it (as ``gate run`` does at start)."""
     cur.execute(f"USE {q(channel)}")
     cur.execute(dc_schema.table_ddl(TABLE))
-
-
-def source_tables(source: ServerConfig) -> list[Table]:
-    """Every base table (no views) on the source outside the system schemas, by name (binary order)."""
-    marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
-    with dc.connect(source, "source") as conn, conn.cursor() as cur:
-        cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
-                    f"AND table_schema NOT IN ({marks})", SYSTEM_SCHEMAS)
-        return sorted((db, table) for db, table in cur.fetchall())
-
-
-def captured(tables: Iterable[Table], allow: Sequence[str], deny: Sequence[str]) -> list[Table]:
-    """The tables the lists capture, by the channel filter's own matching."""
-    passing = TableFilter(tuple(allow), tuple(deny))
-    return [t for t in tables if passing.passes(*t)]
 
 
 def name_of(table: Table) -> str:
@@ -112,6 +94,7 @@ def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = ())
                 f"{list(settings.allow) or 'everything'}, deny {list(settings.deny)}), so there is nothing to "
                 "snapshot; nothing was requested. Create the tables first, or widen the filter with "
                 f"'gate channel filter {channel} --allow ...'.")
+        refuse_unreadable(settings, chosen, f"request the others only ('gate snapshot {channel} --table PATTERN')")
         return _insert(conn, channel, chosen, "gate snapshot")
 
 
@@ -122,12 +105,14 @@ def newly_captured(tables: Iterable[Table], before: ChannelSettings, after: Chan
     return [t for t in captured(tables, after.allow, after.deny) if t not in old]
 
 
-def request_tables(dc_server: ServerConfig, channel: str, tables: Sequence[Table], reason: str) -> SnapshotRequest:
-    """Request snapshots of ``tables`` (read from the source before the caller changed anything)."""
-    check_identifier(channel, "Channel name")
-    with dc.connect(dc_server, "DC") as conn:
-        dc.schema_version(conn, channel)
-        return _insert(conn, channel, tables, reason)
+def refuse_unreadable(settings: ChannelSettings, tables: Sequence[Table], fix: str) -> None:
+    """Refuse snapshots of ``tables`` that 'gate run' would refuse, from the source's catalog and the
+    channel's column rules; ``fix``: how to request the others."""
+    refusals = snapshot_refusals(settings.source, tables, settings.columns)
+    if refusals:
+        raise SnapshotRefused(
+            f"Channel '{settings.name}' cannot snapshot every table asked for, so nothing was changed: "
+            f"{'; '.join(refusals)}. Fix the table or the rule and ask again, or {fix}.")
 
 
 def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], reason: str) -> SnapshotRequest:
@@ -137,21 +122,29 @@ def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], rea
         ensure_table(cur, channel)
         conn.begin()
         try:
-            cur.execute(f"SELECT id, dbname, tablename, state FROM {TABLE} WHERE state IN %s ORDER BY id FOR UPDATE",
-                        (ACTIVE,))
-            pending = {(db, table): (id_, state) for id_, db, table, state in cur.fetchall()}
-            for table in tables:
-                if table in pending:
-                    id_, state = pending[table]
-                    result.pending.append({"id": id_, "table": name_of(table), "state": state})
-                    continue
-                cur.execute(f"INSERT INTO {TABLE} (dbname, tablename, reason) VALUES (%s, %s, %s)", (*table, reason))
-                result.requested.append({"id": cur.lastrowid, "table": name_of(table)})
+            add_requests(cur, result, tables)
             conn.commit()
         except BaseException:
             conn.rollback()
             raise
     return result
+
+
+def add_requests(cur: pymysql.cursors.Cursor, result: SnapshotRequest, tables: Sequence[Table]) -> None:
+    """Insert a request per table into the channel's table, noting in ``result`` what was requested and
+    what was already pending; the caller owns the transaction."""
+    snapshots = f"{q(result.channel)}.{TABLE}"
+    cur.execute(f"SELECT id, dbname, tablename, state FROM {snapshots} WHERE state IN %s ORDER BY id FOR UPDATE",
+                (ACTIVE,))
+    pending = {(db, table): (id_, state) for id_, db, table, state in cur.fetchall()}
+    for table in tables:
+        if table in pending:
+            id_, state = pending[table]
+            result.pending.append({"id": id_, "table": name_of(table), "state": state})
+            continue
+        cur.execute(f"INSERT INTO {snapshots} (dbname, tablename, reason) VALUES (%s, %s, %s)",
+                    (*table, result.reason))
+        result.requested.append({"id": cur.lastrowid, "table": name_of(table)})
 
 
 @dataclass(frozen=True)

@@ -353,12 +353,12 @@ class Pipeline:
             retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
             self._reader = reader = BinlogReader(
                 source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos),
-                retry_for=retry_for)
+                retry_for=retry_for, channel=self.channel)
             translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
                                     TableFilter(settings.allow, settings.deny),
                                     describe_columns(source, retry_for, self._stopping),
                                     lambda: f"{reader.stream.log_file}:{reader.stream.log_pos}",
-                                    settings.columns)
+                                    settings.columns, channel=self.channel)
             marker = read_marker(self._ctl_conn(), self.channel)
             items: Iterator[Item] = iter(reader)
             if marker is not None:

@@ -139,13 +139,13 @@ def current_position(server: ServerConfig) -> Position:
     return Position(row[0], int(row[1]), gtid or None)
 
 
-def _fatal(server: ServerConfig, boundary: Position, exc: pymysql.err.OperationalError) -> Exception:
+def _fatal(server: ServerConfig, boundary: Position, exc: pymysql.err.OperationalError, channel: str) -> Exception:
     """Errors that retrying cannot fix, as messages that say what to do."""
     code, text = exc.args[0], exc.args[1] if len(exc.args) > 1 else str(exc)
     if code == 1236:
         return PositionPurged(
             f"The source {server.address} cannot send the binlog from {boundary.describe()}: {text}. "
-            "Set a new start position with 'gate channel set-position NAME --now' (the changes in "
+            f"Set a new start position with 'gate channel set-position {channel} --now' (the changes in "
             "between are lost to gate) or restore the missing binlogs."
         )
     if code in (1045, 1227, 1044):
@@ -160,8 +160,10 @@ class BinlogReader:
     """Yields :data:`Item` s from ``start`` on, forever (or until ``stop()``), reconnecting as needed."""
 
     def __init__(self, server: ServerConfig, server_id: int, start: Position, heartbeat: float = 0.1,
-                 read_timeout: float = 3.0, retry_for: float = float("inf")) -> None:
+                 read_timeout: float = 3.0, retry_for: float = float("inf"), channel: str = "CHANNEL") -> None:
+        """``channel``: the channel's name, for the fixes messages give."""
         self.server = server
+        self.channel = channel
         self.server_id = server_id
         self.boundary = start
         self.heartbeat = heartbeat
@@ -193,7 +195,7 @@ class BinlogReader:
                 f"The resume position {self.boundary.describe()} is no longer on the source "
                 f"{self.server.address}: its oldest binary log is {oldest}. The changes in between are lost "
                 "to gate. Rebuild the consumers' copy and set a new start position "
-                "('gate channel set-position NAME --now'), or restore the binlogs."
+                f"('gate channel set-position {self.channel} --now'), or restore the binlogs."
             )
 
     def _open(self) -> OwnedStream:
@@ -232,7 +234,7 @@ class BinlogReader:
                         break
             except (StreamLost, pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as exc:
                 if isinstance(exc, pymysql.err.OperationalError) and not is_transient(exc):
-                    raise _fatal(self.server, self.boundary, exc) from None
+                    raise _fatal(self.server, self.boundary, exc, self.channel) from None
                 if self.connected:
                     self.connected = False
                     self.disconnects += 1

@@ -9,7 +9,6 @@ import click
 
 from gate.admin import channel as channels
 from gate.admin import retention
-from gate.admin import snapshot as snapshots
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
 from gate.cli.snapshot import describe_request
@@ -92,7 +91,9 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     --retain-days N makes 'gate run' remove rows older than N days that every registered consumer
     has read (default: none, every row is kept). With --snapshot, the channel also gets a snapshot
     request for every table it captures on the source, so that 'gate run' writes the rows those
-    tables already hold, not only their changes from now on.
+    tables already hold, not only their changes from now on; a table without a primary key or a
+    unique key on NOT NULL columns is refused then. The channel and its requests are made in one DC
+    transaction: a create cut short (killed, or its DC failing) is completed by running it again.
 
     Example:
 
@@ -106,18 +107,16 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     source = channels.server_login(source_address, source_user, source_password, source_password_env, "source")
     standby = (channels.server_login(standby_address, standby_user, standby_password, standby_password_env, "standby")
                if standby_address else None)
-    tables = snapshots.captured(snapshots.source_tables(source), allow, deny) if snapshot else []
-    _, warnings = channels.create(
+    _, warnings, requested = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
-        retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days,
+        retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days, snapshot=snapshot,
     )
     warn(warnings)
-    if not snapshot:
+    if requested is None:
         _print_channel(app, name)
         return
     data = channels.show(app.dc, name)
-    requested = snapshots.request_tables(app.dc, name, tables, "channel create")
     app.emit({**data, "snapshot": requested.as_dict()},
              pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
                                                                 "table on the source yet"))
@@ -142,7 +141,9 @@ def list_(app: App) -> None:
     a stopped channel's lag grows while the source moves on); the checkpoint (id and tid of the last
     complete transaction in transfer_data); metrics, the address and port the running gate serves
     /metrics on (for a stopped channel: its metrics_port setting); source, standby and the DC schema
-    version it was created with. Asks each source for its binlog end (3 s timeout).
+    version it was created with. A channel gate cannot use as it is shows the state incomplete (its
+    creation stopped part way) or damaged (a table dropped by hand), with a line that says what to do.
+    Asks each source for its binlog end (3 s timeout).
 
     Example:
 
@@ -153,8 +154,10 @@ def list_(app: App) -> None:
     rows = channels.summaries(app.dc)
     shown = [{**row, "gate": _describe_gate(row["gate"]),
               "metrics": row["metrics_port"] and f"{row['metrics_address']}:{row['metrics_port']}"} for row in rows]
-    app.emit(rows, table(shown, ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid",
-                                 "metrics", "source", "standby", "schema_version"]))
+    problems = [f"\nchannel {row['channel']} is {row['state']}: {row['problem']}" for row in rows if row["problem"]]
+    app.emit(rows, "\n".join([table(shown, ["channel", "state", "gate", "lag_seconds", "checkpoint_id",
+                                            "checkpoint_tid", "metrics", "source", "standby", "schema_version"]),
+                              *problems]))
 
 
 @channel.command()
@@ -233,7 +236,8 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     first; with no option the lists are only shown. A running gate applies the new lists within a few
     seconds, from its next transaction on; rows a newly allowed table held before are not captured,
     unless --snapshot: it requests a snapshot of each table on the source that the new lists capture
-    and the old ones did not, and names them.
+    and the old ones did not, and names them. New lists that capture a table whose primary-key column
+    a column rule matches are refused, as is a --snapshot of a table gate could not snapshot.
 
     Example:
 
@@ -241,15 +245,11 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
         gate channel filter shop --clear --allow 'shop.*' --deny '*.audit_log'
         gate channel filter shop --allow 'crm.customer?' --snapshot
     """
-    before = channels.set_filter(app.dc, name) if snapshot else None
-    tables = snapshots.source_tables(before.source) if before else []  # read before anything changes
-    settings = channels.set_filter(app.dc, name, allow, deny, clear)
+    settings, requested = channels.set_filter(app.dc, name, allow, deny, clear, snapshot)
     data: dict[str, Any] = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
-    if before is None:
+    if requested is None:
         app.emit(data, pairs(data))
         return
-    requested = snapshots.request_tables(app.dc, name, snapshots.newly_captured(tables, before, settings),
-                                         "channel filter")
     app.emit({**data, "snapshot": requested.as_dict()},
              pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the new lists capture no "
                                                                 "table on the source that the old ones did not"))
@@ -278,7 +278,8 @@ def columns(app: App, name: str, exclude: tuple[str, ...], mask: tuple[str, ...]
     with the contents of the environment variable --hash-key-env names: gate stores only the
     variable's name, and 'gate run' refuses to start without it. --truncate keeps the first N
     characters (bytes for binary columns, before base64/hex). NULL stays NULL. A rule may not hit a
-    primary-key column: it is refused here (from the source's information_schema) and by 'gate run'.
+    primary-key column: it is refused here (from the source's information_schema), by 'gate channel
+    filter' when new lists would capture such a table, by 'gate channel check' and by 'gate run'.
     With no option the rules are only shown. A running gate applies new rules from its next
     transaction on; rows already in the DC stay as they are.
 
@@ -306,8 +307,10 @@ def set_position(app: App, name: str, log_file: str | None, log_pos: int | None,
                  now: bool) -> None:
     """Set where a channel starts reading the source's binlog.
 
-    Give a binlog file and position (the file must be in the source's SHOW BINARY LOGS), a MariaDB
-    GTID position, or --now for the source's current end. Only the resume position changes; the
+    Give a binlog file and position (the file must be in the source's SHOW BINARY LOGS, the position
+    the start of an event outside a transaction, e.g. a Gtid event's Pos in SHOW BINLOG EVENTS), a
+    MariaDB GTID position the source has binlogged and not purged, or --now for the source's current
+    end. Only the resume position changes; the
     checkpoint (id, tid) stays, so ids continue where transfer_data stands.
 
     Example:

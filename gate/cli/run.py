@@ -12,6 +12,7 @@ from gate.capture.pipeline import Pipeline
 from gate.cli.app import App, pairs, table
 from gate.cli.snapshot import status_table
 from gate.common.config import LIMITS, check_identifier
+from gate.common.errors import InvalidValue
 
 
 def setup_logging(level: str) -> None:
@@ -24,6 +25,7 @@ def setup_logging(level: str) -> None:
 
 
 _PORTS = LIMITS["channel_defaults.metrics_port"]  # the range config.yaml's metrics_port has
+MAX_SAMPLE = 3600  # seconds 'gate status --sample' may watch at most
 
 
 @click.command()
@@ -96,7 +98,8 @@ def status(app: App, channel: str, sample: float) -> None:
         gate --json status demo --sample 0
     """
     check_identifier(channel, "channel name")
-
+    if not 0 <= sample <= MAX_SAMPLE:
+        raise InvalidValue(f"--sample must be a number of seconds from 0 (no sample) to {MAX_SAMPLE}, not {sample}.")
     result = channel_status(app.dc, channel, sample).as_dict()
     switches, stuck, stale, pending = (result["switches"], result["stuck_rows"], result["stale_consumers"],
                                        result["snapshots"])

@@ -21,7 +21,12 @@ from gate.common.errors import InvalidValue, MissingSecret
 
 KINDS = ("exclude", "mask", "hash", "truncate")
 MASK = "***"  # what a masked value becomes
-_PATTERN = re.compile(r"^[A-Za-z0-9_$*?]+\.[A-Za-z0-9_$*?]+\.[A-Za-z0-9_$*?]+$")
+# one name of a pattern: the characters of unquoted MariaDB identifiers (letters of any alphabet, U+0080 to
+# U+FFFF) and the wildcards
+NAME = r"[0-9A-Za-z_$*?\u0080-\uffff]+"
+_PATTERN = re.compile(rf"{NAME}\.{NAME}\.{NAME}")
+_LENGTH = re.compile(r"[0-9]+")
+MAX_LENGTH = 2**32 - 1  # the longest value a column holds (LONGTEXT, LONGBLOB)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 Value = str | bytes
@@ -62,10 +67,10 @@ class ColumnRule:
 
 
 def check_pattern(pattern: str, option: str) -> str:
-    if not _PATTERN.match(pattern):
+    if not _PATTERN.fullmatch(pattern):
         raise InvalidValue(
             f"Column pattern {pattern!r} of {option} is not valid. Write db.table.column with exactly two dots, "
-            "using letters, digits, _ and $, and the wildcards * and ?, e.g. shop.users.password_hash or "
+            "using letters (of any alphabet), digits, _ and $, and the wildcards * and ?, e.g. shop.users.password_hash or "
             "*.*.email.")
     return pattern
 
@@ -76,6 +81,9 @@ def parse_rules(exclude: Sequence[str] = (), mask: Sequence[str] = (), hash_: Se
     if hash_ and hash_key_env is None:
         raise InvalidValue("--hash needs --hash-key-env VAR: the environment variable holding the HMAC key "
                            "(gate stores the variable's name, never the key).")
+    if hash_key_env is not None and not hash_:
+        raise InvalidValue("--hash-key-env is given without --hash: it names the key of --hash rules only. Add "
+                           "--hash PATTERN, or leave --hash-key-env out.")
     if hash_key_env is not None and not _ENV_NAME.match(hash_key_env):
         raise InvalidValue(f"--hash-key-env {hash_key_env!r} is not an environment variable name. Use letters, "
                            "digits and underscores, not starting with a digit, e.g. GATE_HASH_KEY.")
@@ -84,9 +92,10 @@ def parse_rules(exclude: Sequence[str] = (), mask: Sequence[str] = (), hash_: Se
     rules += [ColumnRule("hash", check_pattern(p, "--hash"), key_env=hash_key_env) for p in hash_]
     for spec in truncate:
         pattern, _, length = spec.rpartition("=")
-        if not length.isdigit() or int(length) < 1:
-            raise InvalidValue(f"--truncate {spec!r} is not valid. Write db.table.column=N with N a positive number "
-                               "of characters (bytes for binary columns), e.g. shop.docs.body=100.")
+        if not _LENGTH.fullmatch(length) or not 1 <= int(length) <= MAX_LENGTH:
+            raise InvalidValue(f"--truncate {spec!r} is not valid. Write db.table.column=N with N a whole number of "
+                               f"characters (bytes for binary columns) from 1 to {MAX_LENGTH}, e.g. "
+                               "shop.docs.body=100.")
         rules.append(ColumnRule("truncate", check_pattern(pattern, "--truncate"), length=int(length)))
     return rules
 

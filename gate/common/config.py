@@ -336,7 +336,11 @@ def parse_config(text: str, source: str = "config.yaml") -> Config:
     finally:
         loader.dispose()
     if raw is None:
-        raw = {}
+        raise ConfigError(
+            f"{source} is empty (or holds only comments), so it names no DC server. Give at least its dc section "
+            "(host, port, user, password), or remove the file to use the built-in defaults (a DC at 127.0.0.1:3306 "
+            "as root)."
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"{source} must be a mapping with the sections {', '.join(_SECTIONS)}.")
     unknown = sorted(set(raw) - set(_SECTIONS))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -17,6 +18,7 @@ import dc_schema
 from gate.common.columns import ColumnRule
 from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier
 from gate.common.errors import (
+    ChannelDamaged,
     ChannelExists,
     ChannelNotFound,
     ConnectionFailed,
@@ -164,48 +166,83 @@ def channel_tables() -> set[str]:
     return set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", " ".join(dc_schema.ddl_statements())))
 
 
-def unfinished(conn: pymysql.Connection, name: str) -> bool:
-    """Whether ``name`` is a channel database whose creation stopped part way: no table but gate's, no
-    schema version recorded (gate records it last, with the settings), and gate's comment on the
-    database, or (made before gate set that comment) the contract tables and an empty gate_meta."""
+def _tables(conn: pymysql.Connection, name: str) -> set[str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
+        return {r[0] for r in cur.fetchall()}
+
+
+def _commented(conn: pymysql.Connection, name: str) -> bool:
+    """Whether database ``name`` carries the comment gate gives every channel database."""
     with conn.cursor() as cur:
         cur.execute("SELECT schema_comment FROM information_schema.schemata WHERE schema_name = %s", (name,))
         row = cur.fetchone()
-        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
-        tables = {r[0] for r in cur.fetchall()}
-        if row is None or not tables <= channel_tables():
-            return False
+    return row is not None and row[0] == CHANNEL_COMMENT
+
+
+def unfinished(conn: pymysql.Connection, name: str) -> bool:
+    """Whether ``name`` is a channel database whose creation stopped part way: no table but gate's, no
+    schema version recorded (gate records it last, with the settings, in one transaction), and gate's
+    comment on the database, or (made before gate set that comment) the contract tables and an empty
+    gate_meta."""
+    tables = _tables(conn, name)
+    if not channel_exists(conn, name) or not tables <= channel_tables():
+        return False
+    with conn.cursor() as cur:
         if "gate_meta" in tables and cur.execute(f"SELECT 1 FROM {q(name)}.gate_meta LIMIT 1"):
             return False
-    return row[0] == CHANNEL_COMMENT or {*dc_schema.CONTRACT_TABLES, "gate_meta"} <= tables
+        if ("gate_meta" not in tables and "gate_settings" in tables
+                and cur.execute(f"SELECT 1 FROM {q(name)}.gate_settings LIMIT 1")):
+            return False  # gate made gate_meta before gate_settings: dropped by hand
+    return _commented(conn, name) or {*dc_schema.CONTRACT_TABLES, "gate_meta"} <= tables
 
 
-def _unfinished_message(name: str) -> str:
+ADDED_LATER = ("gate_xa_pending", "gate_snapshot")  # made on first use in channels created before them
+
+
+def missing_tables(conn: pymysql.Connection, name: str) -> list[str]:
+    """The tables every channel database of this schema holds that ``name``'s lacks (dropped by hand)."""
+    return sorted(channel_tables() - set(ADDED_LATER) - _tables(conn, name))
+
+
+def damaged_message(name: str, missing: list[str]) -> str:
+    return (f"Channel '{name}' is damaged: its DC database lacks the table{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} (dropped by hand?), so gate does not use it. Restore "
+            f"{'them' if len(missing) > 1 else 'it'} from a backup of the DC database, or drop the channel ('gate "
+            f"channel drop {name} --yes') and create it again (with --snapshot to bring back its tables' rows).")
+
+
+def unfinished_message(name: str) -> str:
     return (f"Channel '{name}' was not completely created (its creation stopped part way), so gate cannot use "
-            f"it. Remove it with 'gate channel drop {name}' and create it again.")
+            f"it. Run the same 'gate channel create {name} ...' again to complete it (it replaces what was made), or "
+            f"remove it with 'gate channel drop {name}'.")
 
 
 def schema_version(conn: pymysql.Connection, name: str) -> int:
     """The version a channel database was created with; errors for missing or incompatible ones."""
     if not channel_exists(conn, name):
         raise ChannelNotFound(f"No channel '{name}' on this DC server. 'gate channel list' shows the channels there.")
-    with conn.cursor() as cur:
-        cur.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'gate_meta'", (name,))
-        if cur.fetchone() is None:
-            raise SchemaVersionError(
-                _unfinished_message(name) if unfinished(conn, name) else
-                f"Database '{name}' on the DC server is not a gate channel (it has no gate_meta table), so gate "
-                "leaves it alone. 'gate channel list' shows the channels there."
-            )
+    if "gate_meta" not in _tables(conn, name):
+        if unfinished(conn, name):
+            raise SchemaVersionError(unfinished_message(name))
+        if _commented(conn, name) and _tables(conn, name) <= channel_tables():
+            raise ChannelDamaged(damaged_message(name, missing_tables(conn, name)))
+        raise SchemaVersionError(
+            f"Database '{name}' on the DC server is not a gate channel (it has no gate_meta table), so gate "
+            "leaves it alone. 'gate channel list' shows the channels there."
+        )
     version = stored_schema_version(conn, name)
     if version not in dc_schema.COMPATIBLE_VERSIONS:
         if unfinished(conn, name):
-            raise SchemaVersionError(_unfinished_message(name))
+            raise SchemaVersionError(unfinished_message(name))
         raise SchemaVersionError(
             f"Channel '{name}' has DC schema version {version}, which this gate ({GATE_VERSION}, schema "
             f"version {dc_schema.SCHEMA_VERSION}) cannot use. Run the gate version that created it, or "
             "create a new channel and let it start from a fresh position."
         )
+    missing = missing_tables(conn, name)
+    if missing:
+        raise ChannelDamaged(damaged_message(name, missing))
     return version
 
 
@@ -241,18 +278,22 @@ def migrate(conn: pymysql.Connection, name: str) -> None:
             cur.execute(f"UPDATE {q(name)}.gate_meta SET value = %s WHERE name = 'schema_version'", (str(target),))
 
 
-def list_channels(conn: pymysql.Connection) -> list[str]:
-    """Databases on the DC server that carry gate's meta table."""
+def list_channels(conn: pymysql.Connection, commented: bool = False) -> list[str]:
+    """Databases on the DC server that carry gate's meta table (and, with ``commented``, those that carry
+    gate's comment: a channel whose creation stopped early, or a damaged one)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'gate_meta' ORDER BY 1")
+        cur.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'gate_meta' "
+                    + ("UNION SELECT schema_name FROM information_schema.schemata WHERE schema_comment = %s "
+                       if commented else "") + "ORDER BY 1", (CHANNEL_COMMENT,) if commented else ())
         return [r[0] for r in cur.fetchall()]
 
 
-def check_new(conn: pymysql.Connection, name: str) -> None:
-    """Refuse a channel name that a database on the DC server already has."""
+def check_new(conn: pymysql.Connection, name: str) -> bool:
+    """Refuse a channel name that a database on the DC server already has, except a channel whose creation
+    stopped part way: True for that one (creating it again replaces it), else False."""
     if channel_exists(conn, name):
         if unfinished(conn, name):
-            raise ChannelExists(_unfinished_message(name))
+            return True
         if name not in list_channels(conn):
             raise ChannelExists(
                 f"The DC server already has a database '{name}', and it is not a gate channel. "
@@ -262,6 +303,7 @@ def check_new(conn: pymysql.Connection, name: str) -> None:
             f"Channel '{name}' already exists on the DC server. Use 'gate channel show {name}' to see it, "
             f"or 'gate channel drop {name}' first to start over."
         )
+    return False
 
 
 def check_privileges(conn: pymysql.Connection, name: str) -> None:
@@ -287,12 +329,16 @@ def check_privileges(conn: pymysql.Connection, name: str) -> None:
         )
 
 
-def create_channel(conn: pymysql.Connection, settings: ChannelSettings) -> None:
-    """Create the channel database with every table, its settings and an empty checkpoint. Nothing
-    stays behind when it fails (unless the server goes away meanwhile; then
-    :func:`drop_channel` recognises and removes the unfinished database)."""
+def create_channel(conn: pymysql.Connection, settings: ChannelSettings,
+                   fill: Callable[[pymysql.cursors.Cursor], object] = lambda cur: None) -> None:
+    """Create the channel database with every table, then, in one transaction, its settings, an empty
+    checkpoint, what ``fill`` writes and last its schema version. A channel whose creation stopped part way
+    before (:func:`unfinished`) is replaced. Nothing stays behind when it fails (unless the server goes
+    away meanwhile; then :func:`check_new` and :func:`drop_channel` recognise the unfinished database)."""
     name = settings.name
-    check_new(conn, name)
+    if check_new(conn, name):
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE {q(name)}")
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {q(name)} DEFAULT CHARACTER SET utf8mb4 COMMENT %s", (CHANNEL_COMMENT,))
         try:
@@ -300,17 +346,21 @@ def create_channel(conn: pymysql.Connection, settings: ChannelSettings) -> None:
                 cur.execute(f"USE {q(name)}")
                 cur.execute(statement)
             conn.begin()
+            cur.execute(f"INSERT INTO {q(name)}.transfer_checkpoint (id, tid) VALUES (0, 0)")
+            cur.execute(f"INSERT INTO {q(name)}.gate_resume (singleton, id, tid) VALUES (1, 0, 0)")
+            _write_rows(cur, name, settings.as_rows())
+            fill(cur)
             cur.executemany(
                 f"INSERT INTO {q(name)}.gate_meta (name, value) VALUES (%s, %s)",
                 [("schema_version", str(dc_schema.SCHEMA_VERSION)), ("created_by", f"gate {GATE_VERSION}")],
             )
-            cur.execute(f"INSERT INTO {q(name)}.transfer_checkpoint (id, tid) VALUES (0, 0)")
-            cur.execute(f"INSERT INTO {q(name)}.gate_resume (singleton, id, tid) VALUES (1, 0, 0)")
-            _write_rows(cur, name, settings.as_rows())
             conn.commit()
         except Exception:
-            conn.rollback()
-            cur.execute(f"DROP DATABASE IF EXISTS {q(name)}")
+            try:
+                conn.rollback()
+                cur.execute(f"DROP DATABASE IF EXISTS {q(name)}")
+            except pymysql.MySQLError:
+                pass  # the DC went away: the error that stopped the creation is the one to report
             raise
 
 
@@ -360,9 +410,14 @@ def write_resume(cur: pymysql.cursors.Cursor, name: str, state: ResumeState) -> 
 
 
 def drop_channel(conn: pymysql.Connection, name: str) -> None:
-    """Drop a channel's database: a usable one, or one whose creation stopped part way."""
-    if not (channel_exists(conn, name) and unfinished(conn, name)):
+    """Drop a channel's database: a usable one, a damaged one, or one whose creation stopped part way."""
+    try:
         schema_version(conn, name)
+    except ChannelDamaged:
+        pass
+    except SchemaVersionError:
+        if not unfinished(conn, name):
+            raise
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE {q(name)}")
 

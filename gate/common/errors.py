@@ -47,6 +47,10 @@ class SchemaVersionError(GateError):
     """The channel's DC database was created by an incompatible gate version."""
 
 
+class ChannelDamaged(SchemaVersionError):
+    """A channel's DC database lacks a table gate made in it (dropped by hand)."""
+
+
 class PreflightFailed(GateError):
     """The source (or standby) is not configured for row-based change capture."""
 
@@ -139,6 +143,10 @@ class MissingSecret(GateError):
 
 class ColumnRuleRefused(GateError):
     """A column rule would remove or alter a primary-key column."""
+
+
+class SnapshotRefused(GateError):
+    """A table cannot be snapshotted as it is: no key to page on, or a column rule on that key."""
 
 
 class CursorExpiredError(GateError):

@@ -1,0 +1,115 @@
+"""What a channel's source catalog says about its captures: the tables and columns there, the column rules
+that hit key columns or match nothing, and the tables a snapshot cannot page through.
+
+Commands that add rules, widen the capture or request snapshots ask these before they change anything;
+``gate channel check`` reports them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from gate.admin.preflight import Problem
+from gate.capture.snapshot_reader import choose_key, read_columns
+from gate.capture.translate import TableFilter
+from gate.common import dc
+from gate.common.columns import NAME, ColumnRule, matching
+from gate.common.config import ServerConfig
+from gate.common.dc import ChannelSettings
+from gate.common.errors import InvalidValue
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")  # never a source's data
+_PATTERN = re.compile(rf"{NAME}\.{NAME}")
+
+Table = tuple[str, str]  # (dbname, tablename)
+
+
+def check_pattern(pattern: str) -> str:
+    """A ``db.table`` filter pattern: exactly one dot, names of letters (of any alphabet), digits, _ and $,
+    wildcards * and ?."""
+    if not _PATTERN.fullmatch(pattern):
+        raise InvalidValue(
+            f"Filter pattern {pattern!r} is not valid. Write db.table with exactly one dot, using letters (of "
+            "any alphabet), digits, _ and $, and the wildcards * (any run of characters) and ? (one character), "
+            "e.g. shop.* or *.audit_log."
+        )
+    return pattern
+
+
+def _not_system() -> tuple[str, tuple[str, ...]]:
+    return f"table_schema NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", SYSTEM_SCHEMAS
+
+
+def source_tables(source: ServerConfig) -> list[Table]:
+    """Every base table (no views) on the source outside the system schemas, by name (binary order)."""
+    where, args = _not_system()
+    with dc.connect(source, "source") as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                    f"AND {where}", args)
+        return sorted((db, table) for db, table in cur.fetchall())
+
+
+def captured(tables: Iterable[Table], allow: Sequence[str], deny: Sequence[str]) -> list[Table]:
+    """The tables the lists capture, by the channel filter's own matching."""
+    passing = TableFilter(tuple(allow), tuple(deny))
+    return [t for t in tables if passing.passes(*t)]
+
+
+def source_columns(settings: ChannelSettings) -> list[tuple[str, str, str, bool]]:
+    """Every column of the tables the channel captures, from its source's information_schema:
+    (db, table, column, in the primary key)."""
+    captures = TableFilter(settings.allow, settings.deny)
+    where, args = _not_system()
+    with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT table_schema, table_name, column_name, column_key = 'PRI' FROM information_schema.columns "
+                    f"WHERE {where}", args)
+        return [(db, table, column, bool(key)) for db, table, column, key in cur.fetchall()
+                if captures.passes(db, table)]
+
+
+def key_hits(columns: Iterable[tuple[str, str, str, bool]], rules: Sequence[ColumnRule]) -> list[str]:
+    """Each primary-key column of ``columns`` a rule hits, as 'the column rule R hits db.t.c'."""
+    found = []
+    for db, table, column, key in columns:
+        hits = matching(rules, db, table, column) if key else []
+        if hits:
+            found.append(f"the column rule {hits[0].describe()} hits {db}.{table}.{column}")
+    return found
+
+
+def rule_problems(settings: ChannelSettings) -> list[Problem]:
+    """For 'gate channel check': rules hitting a primary-key column of a captured table (fatal: gate run
+    stops at that table's first row event) and rules matching no column (a warning)."""
+    if not settings.columns:
+        return []
+    columns = source_columns(settings)
+    fix = (f"narrow the rules ('gate channel columns {settings.name} --clear', then the rules again) so that they "
+           f"leave key columns out, or deny the table ('gate channel filter {settings.name} --deny db.table')")
+    problems = [Problem(hit.removeprefix("the "), "a rule on a primary-key column on the source",
+                        "key columns unchanged, so that row images stay identifiable", fix)
+                for hit in key_hits(columns, settings.columns)]
+    return problems + [
+        Problem(f"column rule {rule.describe()}", "matching no column of a captured table on the source",
+                "a rule that matches a column", "correct the pattern with 'gate channel columns "
+                f"{settings.name} --clear' and the rules again (harmless if the column is still to come)", fatal=False)
+        for rule in settings.columns if not any(matching([rule], *c[:3]) for c in columns)]
+
+
+def snapshot_refusals(source: ServerConfig, tables: Sequence[Table], rules: Sequence[ColumnRule]) -> list[str]:
+    """Why a snapshot of each of ``tables`` would be refused by 'gate run' (none for those it can read): no
+    primary key nor unique key on NOT NULL columns to page on, or a column rule on that key."""
+    refusals: list[str] = []
+    if not tables:
+        return refusals
+    with dc.connect(source, "source") as conn, conn.cursor() as cur:
+        for db, table in tables:
+            key = choose_key(cur, db, table, read_columns(cur, db, table))
+            if key is None:
+                refusals.append(f"{db}.{table} has neither a primary key nor a unique key on NOT NULL columns (add "
+                                f"one: ALTER TABLE {db}.{table} ADD PRIMARY KEY (...))")
+                continue
+            hits = [(column, matching(rules, db, table, column)) for column in key]
+            refusals += [f"the column rule {rules_[0].describe()} hits {db}.{table}.{column}, a column of the key the "
+                         "snapshot pages on (narrow the rule)" for column, rules_ in hits if rules_]
+    return refusals
