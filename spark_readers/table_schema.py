@@ -17,6 +17,7 @@ from typing import Any
 import pymysql
 
 from gate.common.errors import TableSchemaUnknown
+from spark_readers.types import column_type
 
 Columns = tuple[tuple[str, str], ...]  # (name, data_type) in table order
 DEFINING = ("CREATETABLE", "SNAPSHOTSTART", "ALTERTABLE")  # the optypes that set or change a table's columns
@@ -53,8 +54,9 @@ def apply(columns: Columns | None, optype: str, ddl: dict[str, Any]) -> Columns 
 
 
 def same(a: Columns | None, b: Columns | None) -> bool:
-    """Same column names (case-insensitively) and types, in the same order."""
-    fold = lambda cols: None if cols is None else [(n.casefold(), t.casefold()) for n, t in cols]  # noqa: E731
+    """Same column names (case-insensitively) and types converting alike (spark_readers.types), in the
+    same order: ``int(11)`` in a CREATE TABLE and ``int`` in a SNAPSHOTSTART are the same."""
+    fold = lambda cols: None if cols is None else [(n.casefold(), column_type(t).identity) for n, t in cols]  # noqa: E731
     return fold(a) == fold(b)
 
 

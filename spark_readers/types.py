@@ -73,6 +73,13 @@ class ColumnType:
 
     spark: DataType
     convert: Converter
+    bounds: tuple[int, int] | None = None  # integers: the range the source type holds
+
+    @property
+    def identity(self) -> str:
+        """Equal for two column types whose values convert alike (``int(11)`` and ``int``, ``json`` and
+        ``longtext``): what decides whether a DDL statement changes a typed schema."""
+        return self.spark.simpleString() + (f"[{self.bounds[0]},{self.bounds[1]}]" if self.bounds else "")
 
 
 def _ranged(lo: int, hi: int) -> Converter:
@@ -189,14 +196,18 @@ def inet6_text(raw: bytes) -> str:
     return address.compressed
 
 
-_UNSIGNED_64 = ColumnType(DecimalType(20, 0), lambda text: Decimal(_ranged(0, 2**64 - 1)(text)))
+def _integer(spark: DataType, lo: int, hi: int) -> ColumnType:
+    return ColumnType(spark, _ranged(lo, hi), (lo, hi))
+
+
+_UNSIGNED_64 = ColumnType(DecimalType(20, 0), lambda text: Decimal(_ranged(0, 2**64 - 1)(text)), (0, 2**64 - 1))
 
 
 def _bit(width: int) -> ColumnType:
     if width == 1:
         return ColumnType(BooleanType(), lambda text: bool(_ranged(0, 1)(text)))
     if width < 64:
-        return ColumnType(LongType(), _ranged(0, 2**width - 1))
+        return _integer(LongType(), 0, 2**width - 1)
     return _UNSIGNED_64
 
 
@@ -229,8 +240,8 @@ def column_type(data_type: str, tz: tzinfo = _UTC, binary_format: str = "base64"
     if name in _INTEGERS:
         bits, signed, unsigned = _INTEGERS[name]
         if "unsigned" in rest:
-            return _UNSIGNED_64 if bits == 64 else ColumnType(unsigned, _ranged(0, 2**bits - 1))
-        return ColumnType(signed, _ranged(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1))
+            return _UNSIGNED_64 if bits == 64 else _integer(unsigned, 0, 2**bits - 1)
+        return _integer(signed, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     if name in _DECIMALS:
         precision, scale = (numbers + [10, 0][len(numbers):])[:2] if numbers else (10, 0)
         if precision > MAX_PRECISION:
@@ -248,7 +259,7 @@ def column_type(data_type: str, tz: tzinfo = _UTC, binary_format: str = "base64"
     if name == "time":
         return ColumnType(DayTimeIntervalType(DayTimeIntervalType.DAY, DayTimeIntervalType.SECOND), to_time)
     if name == "year":
-        return ColumnType(ShortType(), _ranged(0, 2155))
+        return _integer(ShortType(), 0, 2155)
     if name == "bit":
         return _bit(numbers[0] if numbers else 1)
     if name == "set":

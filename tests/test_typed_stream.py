@@ -42,6 +42,8 @@ def spark_value(value: Any) -> Any:
 def same(name: str, kind: str, source: Any, got: Any) -> bool:
     """Whether the typed value ``got`` is the source's value ``source`` (as PyMySQL reads it)."""
     definition = kind.upper()
+    if name in ZERO_DATES and isinstance(source, str):  # PyMySQL gives a zero date as its text: NULL, in _invalid
+        return got is None and source.startswith("0000-00-00")
     if source is None or got is None:
         return source is None and got is None
     if definition.startswith("BIT"):

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from spark_readers.table_schema import apply
+from spark_readers.table_schema import apply, same
 from spark_readers.types import Unrepresentable, column_type, inet6_text
 
 UTC = timezone.utc
@@ -108,3 +108,11 @@ def test_ddl_changes_the_columns_and_their_types() -> None:
                                             "DROPCOLUMN": ["w"], "ADDCOLUMN": [{"field_name": "x", "data_type": "date"}]})
     assert columns == (("id", "int(11)"), ("v2", "text"), ("x", "date"))
     assert apply(columns, "TRUNCATE", {}) == columns and apply(columns, "DROPTABLE", {}) is None
+
+
+def test_types_that_convert_alike_are_the_same_schema() -> None:
+    create = (("id", "int(11)"), ("j", "json"), ("b", "bigint(20) unsigned"), ("t", "tinyint(4)"))
+    snapshot = (("ID", "int"), ("j", "longtext"), ("b", "bigint unsigned"), ("t", "tinyint"))
+    assert same(create, snapshot)
+    assert not same(create, (("id", "int unsigned"), *snapshot[1:]))  # both long, other bounds
+    assert not same(create, (("id", "int(11)"), ("j2", "json"), *create[2:]))
