@@ -74,7 +74,7 @@ class RowBuilder:
                 f"Row {id_} of {self.table.table} has the columns {[name for name, _ in pairs]}, the stream's schema "
                 f"has {self.names}: the table changed in a way its DDL rows do not show (a table renamed into its "
                 "name?). Restart the query: it reads the schema again from the channel.")
-        values = []
+        values: list[Any] = []
         for (name, text), convert in zip(pairs, self.converters):
             if text is None:
                 values.append(None)

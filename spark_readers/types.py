@@ -138,9 +138,10 @@ def to_datetime(text: str) -> datetime:
     match = _DATETIME.match(text)
     if not match:
         raise Unrepresentable(text)
-    *parts, fraction = match.groups()
+    year, month, day, hour, minute, second, fraction = match.groups()
     try:
-        return datetime(*map(int, parts), int((fraction or "").ljust(6, "0")))  # type: ignore[misc]
+        return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                        int((fraction or "").ljust(6, "0")))
     except ValueError:
         raise Unrepresentable(text) from None
 
@@ -201,6 +202,10 @@ def _integer(spark: DataType, lo: int, hi: int) -> ColumnType:
 
 
 _UNSIGNED_64 = ColumnType(DecimalType(20, 0), lambda text: Decimal(_ranged(0, 2**64 - 1)(text)), (0, 2**64 - 1))
+
+
+def _inet4(raw: bytes) -> str:
+    return str(ipaddress.IPv4Address(raw))
 
 
 def _bit(width: int) -> ColumnType:
@@ -271,5 +276,5 @@ def column_type(data_type: str, tz: tzinfo = _UTC, binary_format: str = "base64"
     if name == "inet6":
         return ColumnType(StringType(), _sized(bytes_converter(binary_format), 16, inet6_text))
     if name == "inet4":
-        return ColumnType(StringType(), _sized(bytes_converter(binary_format), 4, lambda raw: str(ipaddress.IPv4Address(raw))))
+        return ColumnType(StringType(), _sized(bytes_converter(binary_format), 4, _inet4))
     return ColumnType(StringType(), str)  # _TEXTS and any other type: the DC's text as it is
