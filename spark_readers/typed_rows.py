@@ -75,12 +75,13 @@ class RowBuilder:
                 f"has {self.names}: the table changed in a way its DDL rows do not show (a table renamed into its "
                 "name?). Restart the query: it reads the schema again from the channel.")
         values: list[Any] = []
-        for (name, text), convert in zip(pairs, self.converters):
-            if text is None:
+        for (name, value), convert in zip(pairs, self.converters):
+            if value is None:
                 values.append(None)
                 continue
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             try:
-                values.append(convert(text if isinstance(text, str) else json.dumps(text)))
+                values.append(convert(text))
             except Unrepresentable:
                 values.append(None)
                 invalid[prefix + name] = text

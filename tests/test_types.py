@@ -9,7 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from gate.common.errors import TableSchemaChanged
 from spark_readers.table_schema import apply, same
+from spark_readers.typed_rows import RowBuilder, TypedTable
 from spark_readers.types import Unrepresentable, column_type, inet6_text
 
 UTC = timezone.utc
@@ -116,3 +118,33 @@ def test_types_that_convert_alike_are_the_same_schema() -> None:
     assert same(create, snapshot)
     assert not same(create, (("id", "int unsigned"), *snapshot[1:]))  # both long, other bounds
     assert not same(create, (("id", "int(11)"), ("j2", "json"), *create[2:]))
+
+
+TABLE = TypedTable("shop.t", (("id", "int"), ("d", "date"), ("b", "blob")))
+
+
+def test_typed_rows_of_every_optype() -> None:
+    rows = [
+        (1, 1, 1_700_000_000, "INSERT", '{"NEW": [{"id": "1"}, {"d": "0000-00-00"}, {"b": "AP8="}]}'),
+        (2, 2, 1_700_000_001, "UPDATE", '{"NEW": [{"id": "1"}, {"d": "2024-02-29"}, {"b": null}], '
+                                        '"OLD": [{"id": "1"}, {"d": "0000-00-00"}, {"b": "AP8="}]}'),
+        (3, 3, 1_700_000_002, "DELETE", '{"OLD": [{"id": "1"}, {"d": "2024-02-29"}, {"b": null}]}'),
+        (4, 4, 1_700_000_003, "ALTERTABLE", '{"OTHERS": ["ENGINE=InnoDB"]}'),
+        (5, 5, 1_700_000_004, "TRUNCATE", "{}"),
+        (6, 6, 1_700_000_005, "SNAPSHOT", '{"NEW": [{"id": "7"}, {"d": "1000-01-01"}, {"b": ""}]}'),
+    ]
+    got = RowBuilder(TABLE).batch(rows).to_pylist()
+    day = date(2024, 2, 29)
+    assert [(r["_op"], r["_id"], r["id"], r["d"], r["b"]) for r in got] == [
+        ("c", 1, 1, None, b"\x00\xff"), ("u", 2, 1, day, None), ("d", 3, 1, day, None), ("t", 5, None, None, None),
+        ("r", 6, 7, date(1000, 1, 1), b"")]
+    assert [r["_invalid"] for r in got] == [[("d", "0000-00-00")], [("_before.d", "0000-00-00")], None, None, None]
+    assert got[1]["_before"] == {"id": 1, "d": None, "b": b"\x00\xff"}
+    assert got[2]["_before"] == {"id": 1, "d": day, "b": None}
+    assert got[0]["_before"] is None and got[0]["_ts"] == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+
+
+def test_a_row_image_with_other_columns_stops_the_read() -> None:
+    with pytest.raises(TableSchemaChanged, match=r"Row 9 of shop.t has the columns \['id', 'x'\], the stream's schema "
+                                                 r"has \['id', 'd', 'b'\]"):
+        RowBuilder(TABLE).batch([(9, 9, 0, "INSERT", '{"NEW": [{"id": "1"}, {"x": "2"}]}')])
