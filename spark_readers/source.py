@@ -67,6 +67,7 @@ class Settings:
     ending_id: int | None = None  # batch reads: last id to read; None: the checkpoint
     max_rows: int | None = None  # streaming: rows per micro-batch, at most (a larger transaction is kept whole)
     consumer: str | None = None  # streaming: the gate_consumer name the committed offset is registered under
+    table: str | None = None  # "db.table": that table's changes, typed (spark_readers.typed)
 
 
 def _option(options: Mapping[str, str], name: str) -> str | None:
@@ -87,7 +88,7 @@ def settings(options: Mapping[str, str]) -> Settings:
     """Check the options: channel; the DC from gate's config file (``config``, default $GATE_CONFIG, else
     ./config.yaml) or ``host``/``port``/``user``, each of which overrides the file's; ``passwordEnv``, the
     name of the environment variable holding the password; startingId, endingId, maxRowsPerTrigger,
-    partitions, consumer."""
+    partitions, consumer, table."""
     channel = _option(options, "channel")
     if channel is None:
         raise InvalidValue('format("gate") needs the option channel, e.g. .option("channel", "shop").')
@@ -111,7 +112,8 @@ def settings(options: Mapping[str, str]) -> Settings:
     if consumer is not None and not 0 < len(consumer) <= 64:
         raise InvalidValue(f"Consumer name {consumer!r} must have 1 to 64 characters.")
     return Settings(login, _number(options, "partitions", 1) or 4, _number(options, "startingId", 1),
-                    _number(options, "endingId", 0), _number(options, "maxRowsPerTrigger", 1), consumer)
+                    _number(options, "endingId", 0), _number(options, "maxRowsPerTrigger", 1), consumer,
+                    _option(options, "table"))
 
 
 class Channel:
@@ -126,6 +128,10 @@ class Channel:
 
     def __exit__(self, *exc: object) -> None:
         self._conn.close()
+
+    @property
+    def conn(self) -> pymysql.Connection:
+        return self._conn
 
     def _rows(self, sql: str, *args: Any) -> tuple[tuple[Any, ...], ...]:
         with self._conn.cursor() as cur:
@@ -302,19 +308,33 @@ class GateDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.settings = settings(options)
+        self.typed: Any = None  # with option table: its spark_readers.typed_rows.TypedTable, once known
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> StructType:
-        return ROW_SCHEMA
+        if self.settings.table is None:
+            return ROW_SCHEMA
+        from spark_readers.typed import typed_table  # noqa: PLC0415 (it imports this module)
+
+        self.typed = typed_table(self.settings, self.settings.table)
+        return self.typed.schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return GateBatchReader(self.settings)
+        if self.settings.table is None:
+            return GateBatchReader(self.settings)
+        from spark_readers.typed import TypedBatchReader, planned_table  # noqa: PLC0415
+
+        return TypedBatchReader(self.settings, planned_table(self.settings, self.typed, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return GateStreamReader(self.settings)
+        if self.settings.table is None:
+            return GateStreamReader(self.settings)
+        from spark_readers.typed import TypedStreamReader, planned_table  # noqa: PLC0415
+
+        return TypedStreamReader(self.settings, planned_table(self.settings, self.typed, schema))
 
 
 def register(spark: SparkSession) -> None:

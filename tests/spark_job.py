@@ -5,8 +5,9 @@ Parquet with a checkpointLocation; with ``all``, Trigger.AvailableNow (ends when
 until killed.
 
 ``python -m tests.spark_job cluster OPTIONS_JSON MASTER ZIP``: a batch read of format("gate") on a
-standalone cluster, the package shipped as ``ZIP``; prints one JSON line: the ids read and where the
-executors imported spark_readers.source from.
+standalone cluster, the package shipped as ``ZIP``, and a typed stream of table shop.typed
+(Trigger.AvailableNow into a memory table); prints one JSON line: the ids read, where the executors
+imported spark_readers.source from, and the typed rows.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ def cluster(options: dict[str, str], master: str, shipped: str) -> None:
         return str(spark_readers.source.__file__)
 
     where = spark.sparkContext.parallelize([0], 1).map(origin).collect()
+    (spark.readStream.format("gate").options(**options, table="shop.typed", consumer="cluster_typed").load()
+     .writeStream.format("memory").queryName("typed").trigger(availableNow=True).start().awaitTermination())
+    typed = [[str(r.id), str(r.amount), r._op, r._id] for r in spark.sql("SELECT * FROM typed ORDER BY _id").collect()]
     print(json.dumps({"ids": sorted(r.id for r in rows), "optypes": sorted({r.optype for r in rows}),
-                      "executor_module": where[0]}))
+                      "executor_module": where[0], "typed": typed}))
     spark.stop()
 
 

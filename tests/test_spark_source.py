@@ -284,8 +284,15 @@ def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, uniqu
 def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, unique_name: str,
                                                              tmp_path: Path) -> None:
     """A Spark master and a worker (pyspark's spark-class), the package shipped as a zip: a batch read
-    through the cluster gives every row, and the executors imported gate's code from the zip."""
+    through the cluster gives every row, and the executors imported gate's code from the zip; a typed
+    stream of one table gives its rows with their types."""
     dc, channel = small_channel(sandbox, unique_name, 30)
+    channel.write([[("shop", "typed", "CREATETABLE", {"NEW": [
+        {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "bigint(20) unsigned"},
+        {"field_name": "amount", "nullable": "Yes", "primary_key": "No", "data_type": "decimal(10,2)"}]})],
+        [("shop", "typed", "INSERT", {"NEW": [{"id": "18446744073709551615"}, {"amount": "-0.50"}]})],
+        [("shop", "typed", "UPDATE", {"NEW": [{"id": "18446744073709551615"}, {"amount": "12.00"}],
+                                      "OLD": [{"id": "18446744073709551615"}, {"amount": "-0.50"}]})]])
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
     master_port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -313,7 +320,9 @@ def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, u
         for daemon in daemons:
             os.killpg(daemon.pid, signal.SIGKILL)
             daemon.wait()
-    assert result["ids"] == list(range(1, channel.id + 1)) and result["optypes"] == ["INSERT"]
+    assert result["ids"] == list(range(1, channel.id + 1)) and result["optypes"] == ["CREATETABLE", "INSERT", "UPDATE"]
+    last = channel.id
+    assert result["typed"] == [[str(2**64 - 1), "-0.50", "c", last - 1], [str(2**64 - 1), "12.00", "u", last]]
     assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]
 
 

@@ -179,3 +179,11 @@ class UnknownConsumer(GateError):
 
 class RowsMissing(GateError):
     """Rows of transfer_data below the checkpoint are gone although retention did not remove them."""
+
+
+class TableSchemaChanged(GateError):
+    """A typed change stream of one table reached a statement that changes the table's columns."""
+
+
+class TableSchemaUnknown(GateError):
+    """A typed change stream's table has no definition in the channel's kept rows."""
