@@ -2,7 +2,7 @@
 
 ``python -m tests.spark_job stream OPTIONS_JSON OUT CHECKPOINT [all]``: readStream.format("gate") into
 Parquet with a checkpointLocation; with ``all``, Trigger.AvailableNow (ends when caught up), else runs
-until killed.
+until killed. ``image`` instead of ``stream``: the same into a table image (foreachBatch(ImageUpdater)).
 
 ``python -m tests.spark_job cluster OPTIONS_JSON MASTER ZIP``: a batch read of format("gate") on a
 standalone cluster, the package shipped as ``ZIP``; prints one JSON line: the ids read and where the
@@ -16,13 +16,16 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from spark_readers.materialise import ImageUpdater
 from spark_readers.session import spark_session
 
 
-def stream(options: dict[str, str], out: str, checkpoint: str, until_caught_up: bool) -> None:
+def stream(options: dict[str, str], out: str, checkpoint: str, until_caught_up: bool, image: bool = False) -> None:
     spark = spark_session("local[2]")
-    writer = (spark.readStream.format("gate").options(**options).load().writeStream.format("parquet")
-              .option("path", out).option("checkpointLocation", checkpoint))
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # the image updates of small test batches: fewer tasks
+    writer = spark.readStream.format("gate").options(**options).load().writeStream
+    writer = (writer.foreachBatch(ImageUpdater(out, options["channel"])) if image
+              else writer.format("parquet").option("path", out)).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(processingTime="0 seconds")
     writer.start().awaitTermination()
 
@@ -49,7 +52,7 @@ def cluster(options: dict[str, str], master: str, shipped: str) -> None:
 
 if __name__ == "__main__":
     mode, options = sys.argv[1], json.loads(sys.argv[2])
-    if mode == "stream":
-        stream(options, sys.argv[3], sys.argv[4], sys.argv[5:] == ["all"])
+    if mode in ("stream", "image"):
+        stream(options, sys.argv[3], sys.argv[4], sys.argv[5:] == ["all"], mode == "image")
     else:
         cluster(options, sys.argv[3], sys.argv[4])
