@@ -14,10 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow
 import pyarrow.parquet as pq
 import pyspark
 import pytest
@@ -32,8 +34,7 @@ from spark_readers.image import LEGACY_MARKER, POINTER, ImageStore, read_image
 from spark_readers.incremental import read_increment
 from spark_readers.load import OutputDir
 from spark_readers.materialise import ImageUpdater, materialise_channel
-from spark_readers.package import build_zip
-from spark_readers.session import ChannelSource
+from spark_readers.session import MARIADB_JAR, ChannelSource
 from spark_readers.source import transaction_end
 from tests.replay import make_channel
 
@@ -446,39 +447,57 @@ def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, uniqu
     assert sorted(ids) == list(range(1, channel.id + 1))
 
 
-def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, unique_name: str,
-                                                             tmp_path: Path) -> None:
-    """A Spark master and a worker (pyspark's spark-class), the package shipped as a zip: a batch read
-    through the cluster gives every row, and the executors imported gate's code from the zip."""
-    dc, channel = small_channel(sandbox, unique_name, 30)
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python with only pyarrow (the version this venv has, from pip's cache): no gate, no pyspark."""
+    venv = tmp_path_factory.mktemp("bare-python")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", f"pyarrow=={pyarrow.__version__}"], check=True,
+                   capture_output=True, timeout=300)
+    return python
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory, bare_python: str) -> Iterator[str]:
+    """A Spark master and a worker (pyspark's spark-class) whose Python workers run ``bare_python``; its
+    master URL."""
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-    master_port = free_port()
+    work, port = tmp_path_factory.mktemp("standalone"), free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=sys.executable)
-    logs = tmp_path / "cluster.log"
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=bare_python)
     daemons = []
-    try:
-        with logs.open("wb") as log:
-            daemons.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                 str(master_port), "--webui-port", str(free_port())], env=env, stdout=log, stderr=log,
-                start_new_session=True))
-            daemons.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{master_port}",
-                 "--host", "127.0.0.1", "--cores", "2", "--memory", "768m", "--webui-port", str(free_port()),
-                 "--work-dir", str(tmp_path / "work")], env=env, stdout=log, stderr=log, start_new_session=True))
-        shipped = build_zip(tmp_path / "gate-spark.zip")
-        job = subprocess.run([sys.executable, "-m", "tests.spark_job", "cluster", json.dumps(login(dc, unique_name)),
-                              f"spark://127.0.0.1:{master_port}", str(shipped)],
-                             cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                             timeout=180)
-        assert job.returncode == 0, job.stderr[-3000:] + logs.read_text()[-2000:]
-        result = json.loads(job.stdout.strip().splitlines()[-1])
-    finally:
-        for daemon in daemons:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
-    assert result["ids"] == list(range(1, channel.id + 1)) and result["optypes"] == ["INSERT"]
+    with (work / "cluster.log").open("wb") as log:
+        for command in (["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)],
+                        ["org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                         "127.0.0.1", "--cores", "2", "--memory", "768m", "--work-dir", str(work / "work")]):
+            daemons.append(subprocess.Popen([spark_class, *command, "--webui-port", str(free_port())], env=env,
+                                            stdout=log, stderr=log, start_new_session=True))
+    yield f"spark://127.0.0.1:{port}"
+    for daemon in daemons:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+
+
+def test_the_readmes_cluster_recipe_reads_and_streams(sandbox: Sandbox, unique_name: str, tmp_path: Path,
+                                                      bare_python: str, standalone: str) -> None:
+    """The README's recipe on a standalone cluster, as written: the zip from spark_readers.package,
+    PYSPARK_PYTHON a Python with only pyarrow, spark-submit --py-files gate-spark.zip. A batch read and a
+    streaming query (whose source runs in a Python process Spark starts on the driver) give every row,
+    and the executors imported gate's code from the zip."""
+    dc, channel = small_channel(sandbox, unique_name, 30)
+    subprocess.run([sys.executable, "-m", "spark_readers.package", "gate-spark.zip"], cwd=tmp_path, check=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=bare_python)
+    job = subprocess.run([str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", standalone,
+                          "--py-files", "gate-spark.zip", "--jars", MARIADB_JAR, "--conf", "spark.executor.memory=512m",
+                          str(ROOT / "tests" / "cluster_job.py"), json.dumps(login(dc, unique_name)),
+                          str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert job.returncode == 0, job.stderr[-4000:]
+    result = json.loads(job.stdout.strip().splitlines()[-1])
+    assert result["batch"] == result["stream"] == list(range(1, channel.id + 1))
     assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]
 
 
