@@ -1,7 +1,8 @@
 """spark_readers.source (format("gate")) on a real DC and Spark local[2]: the rows equal the JDBC reader's,
-micro-batches end at transaction boundaries, consumers are registered, expired cursors refused; a
-standalone cluster reads through the shipped package; a streaming query killed -9 loses and doubles no
-row. One SparkSession serves the module."""
+micro-batches end at transaction boundaries, consumers are registered, expired cursors refused; the
+README's cluster recipe reads and streams on a standalone cluster; a streaming query killed -9 loses and
+doubles no row; image updates crashed or killed at any point are redone. One SparkSession serves the
+module."""
 
 from __future__ import annotations
 
