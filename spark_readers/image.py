@@ -16,10 +16,16 @@ change keeps its earlier path. Readers read the pointer, then each table's ``pat
 :func:`read_image` does that. Version directories that neither the pointer nor its predecessor (the
 ``previous`` paths) use are deleted by the next update: a reader that has read the pointer can finish
 while one more update happens.
+
+An update killed at any point (kill -9) leaves the previous image current and is redone by the next
+one: a later update's new version is deleted and written again, and so are the version directories of
+a first update, which has no pointer yet (a directory without pointer that holds anything else is
+refused). A pointer replace that was killed is finished or undone by :meth:`OutputDir.read_json`.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +33,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gate.common.errors import MaterialiseError
 from spark_readers.load import OutputDir
+
+log = logging.getLogger(__name__)
 
 POINTER = "_gate_image.json"
 LEGACY_MARKER = "_gate_materialised"  # images of older gates: OUT/DB/TABLE, replaced as a whole
@@ -51,6 +59,10 @@ class Image:
     tables: dict[str, TableImage]
     skipped: dict[str, str] = field(default_factory=dict)
     previous: list[str] = field(default_factory=list)
+
+    def versions(self) -> set[str]:
+        """The version directories its tables and its predecessor's (``previous``) are in."""
+        return {path.split("/")[0] for path in [*(t.path for t in self.tables.values()), *self.previous]}
 
     def as_json(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self)}
@@ -77,11 +89,7 @@ class ImageStore:
         """The current image (None for a new or empty directory, or one of an older gate, which is cleared)."""
         stored = self.out.read_json(POINTER)
         if stored is None:
-            if self.out.exists(LEGACY_MARKER):
-                self.out.fs.delete(self.out.root, True)
-            elif self.out.fs.exists(self.out.root) and len(self.out.fs.listStatus(self.out.root)):
-                raise MaterialiseError(f"{self.out.url} is not empty and holds no image (no {POINTER}): give a new "
-                                       "or empty directory for the table images.")
+            self._clear()
             return None
         image = Image.from_json(stored)
         if channel is not None and image.channel not in (None, channel):
@@ -89,10 +97,28 @@ class ImageStore:
                                    "Give each channel its own image directory.")
         return image
 
+    def _clear(self) -> None:
+        """Make a directory without pointer empty: remove an image of an older gate (its marker last, so a
+        clear that was killed is done again), or the version directories of a first update that was killed
+        before it wrote the pointer; refuse a directory holding anything else."""
+        names = [s.getPath().getName() for s in self.out.fs.listStatus(self.out.root)] \
+            if self.out.fs.exists(self.out.root) else []
+        if LEGACY_MARKER in names:
+            names.remove(LEGACY_MARKER)
+            names.append(LEGACY_MARKER)
+        elif any(not name.startswith("v-") for name in names):
+            raise MaterialiseError(f"{self.out.url} is not empty and holds no image (no {POINTER}): give a new "
+                                   "or empty directory for the table images.")
+        if names:
+            log.info("removing %s from %s (no %s: an older gate's image, or a first update that was killed)",
+                     ", ".join(names), self.out.url, POINTER)
+        for name in names:
+            self.out.delete(name)
+
     def new_version(self, watermark: int, current: Image | None) -> str:
         """A fresh directory for the tables of the image at ``watermark``: one the current image does not use
         (a rebuild at the same watermark gets a suffix); a leftover of a killed update is removed."""
-        used = {t.path.split("/")[0] for t in current.tables.values()} if current else set()
+        used = current.versions() if current else set()
         name = version(watermark)
         serial = 0
         while name in used:
@@ -110,7 +136,11 @@ class ImageStore:
         used = {t.path for t in image.tables.values()}
         image.previous = sorted({t.path for t in before.tables.values()} - used) if before else []
         self.out.write_json(POINTER, image.as_json())
-        keep = {p.split("/")[0] for p in used | set(image.previous)}
+        self.clean(image)
+
+    def clean(self, image: Image) -> None:
+        """Delete the version directories neither ``image`` (the current one) nor its predecessor uses."""
+        keep = image.versions()
         for status in self.out.fs.listStatus(self.out.root):
             name = status.getPath().getName()
             if name.startswith("v-") and name not in keep:

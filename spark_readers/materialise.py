@@ -396,6 +396,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
         log.info("rebuilding the image in %s from the whole history", out_path)
     watermark = start.watermark["id"] if start else 0
     if start is not None and through[0] <= watermark:
+        store.clean(start)  # what an update killed after its pointer replace left
         return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
     history = rows_after(watermark).filter(F.col("id") > watermark).persist()
     try:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pymysql
+from pyspark import SparkFiles
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -338,5 +339,23 @@ class GateDataSource(DataSource):
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("gate")`` known to ``spark`` (once per session)."""
-    spark.dataSource.register(GateDataSource)
+    """Make ``format("gate")`` known to ``spark`` (once per session).
+
+    The zips of ``--py-files`` (``spark.submit.pyFiles``) go first on the PYTHONPATH of the source's
+    Python processes: the one Spark starts on the driver for a streaming query looks for them in a
+    directory of its own where they are not (Spark 4.x), so without this it fails to import the source
+    (``No module named 'spark_readers'``), or imports another installed copy of gate. Executors, which
+    find the zips themselves, ignore the driver's paths."""
+    context = spark.sparkContext
+    shipped = [os.path.join(SparkFiles.getRootDirectory(), name) for name in context._python_includes or []]
+    environment = context.environment
+    before = environment.get("PYTHONPATH")
+    if shipped:  # the environment the source's processes get is taken from the session's now
+        environment["PYTHONPATH"] = os.pathsep.join([*shipped, *([before] if before else [])])
+    try:
+        spark.dataSource.register(GateDataSource)
+    finally:
+        if before is None:
+            environment.pop("PYTHONPATH", None)
+        else:
+            environment["PYTHONPATH"] = before

@@ -1,7 +1,8 @@
 """spark_readers.source (format("gate")) on a real DC and Spark local[2]: the rows equal the JDBC reader's,
-micro-batches end at transaction boundaries, consumers are registered, expired cursors refused; a
-standalone cluster reads through the shipped package; a streaming query killed -9 loses and doubles no
-row. One SparkSession serves the module."""
+micro-batches end at transaction boundaries, consumers are registered, expired cursors refused; the
+README's cluster recipe reads and streams on a standalone cluster; a streaming query killed -9 loses and
+doubles no row; image updates crashed or killed at any point are redone. One SparkSession serves the
+module."""
 
 from __future__ import annotations
 
@@ -9,28 +10,32 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow
+import pyarrow.parquet as pq
 import pyspark
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrameWriter, SparkSession
 
 from gate.common.config import ServerConfig
 from gate.common.dc import connect
-from gate.common.errors import CursorExpiredError, RowsMissing
+from gate.common.errors import CursorExpiredError, MaterialiseError, RowsMissing
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
-from spark_readers.image import POINTER, read_image
+from spark_readers.image import LEGACY_MARKER, POINTER, ImageStore, read_image
 from spark_readers.incremental import read_increment
+from spark_readers.load import OutputDir
 from spark_readers.materialise import ImageUpdater, materialise_channel
-from spark_readers.package import build_zip
-from spark_readers.session import ChannelSource
+from spark_readers.session import MARIADB_JAR, ChannelSource
 from spark_readers.source import transaction_end
 from tests.replay import make_channel
 
@@ -150,6 +155,168 @@ def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthet
     assert json.loads((tmp_path / "image" / POINTER).read_text()) == pointer
     statuses = {t["snapshot"]["state"] for t in pointer["tables"].values() if t["snapshot"]}
     assert statuses and statuses <= {"done", "cancelled"}  # every snapshot of the history ended
+
+
+class Crash(BaseException):
+    """Raised right after a write of an image update: like a kill -9 there, nothing after it runs (the
+    updater's ``finally`` only unpersists cached frames)."""
+
+
+class Writes:
+    """Every write of an image update, in order: a Spark Parquet write, and each create, close, rename,
+    delete or mkdirs through an OutputDir's file systems; raises Crash right after write ``crash_at``."""
+
+    MUTATING = ("create", "close", "rename", "delete", "mkdirs")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.done: list[str] = []
+        self.crash_at: int | None = None
+        writes = self
+        init, parquet = OutputDir.__init__, DataFrameWriter.parquet
+
+        def traced_init(out: OutputDir, spark: SparkSession, path: str) -> None:
+            init(out, spark, path)
+            fs = writes.trace(out.fs)
+            out._plain, out.fs = fs if out._plain is out.fs else writes.trace(out._plain), fs
+
+        def traced_parquet(writer: DataFrameWriter, path: str, *args: Any, **kwargs: Any) -> None:
+            parquet(writer, path, *args, **kwargs)
+            writes.wrote(f"parquet {path}")
+
+        monkeypatch.setattr(OutputDir, "__init__", traced_init)
+        monkeypatch.setattr(DataFrameWriter, "parquet", traced_parquet)
+
+    def wrote(self, what: str) -> None:
+        self.done.append(what)
+        if len(self.done) == self.crash_at:
+            raise Crash(what)
+
+    def trace(self, target: Any) -> Any:
+        writes = self
+
+        class Traced:
+            def __getattr__(self, name: str) -> Any:
+                method = getattr(target, name)
+                if name not in Writes.MUTATING:
+                    return method
+
+                def call(*args: Any) -> Any:
+                    result = method(*args)
+                    if name == "create":  # the stream: its close is a write too
+                        result = writes.trace(result)
+                    writes.wrote(f"{name} {args[0] if args else ''}")
+                    return result
+
+                return call
+
+        return Traced()
+
+
+def stored_image(out: Path) -> tuple[str, list[str], Tables]:
+    """The pointer, the directory's entries and the tables (read with pyarrow, no Spark job)."""
+    pointer = (out / POINTER).read_text()
+    tables = {name: (table["columns"], sorted((tuple(row.values()) for row in
+                                               pq.read_table(out / table["path"]).to_pylist()), key=repr))
+              for name, table in json.loads(pointer)["tables"].items()}
+    return pointer, sorted(os.listdir(out)), tables
+
+
+# The kinds of writes an update crashes after (the first of each kind): a first update (no pointer yet)
+# and a later one, which deletes the versions no longer used (an older pointer beside a new .tmp, the
+# later update's create and close, is the state spark_readers.load's cursor tests leave).
+CRASHES = {0: ["parquet", "create", "close", "rename"], 2: ["parquet", "rename", "delete"]}
+
+
+def test_an_image_update_crashed_after_any_write_is_redone(spark: SparkSession, synthetic: Synthetic,
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           request: pytest.FixtureRequest) -> None:
+    """The first update of an image and a later one (the third), each crashed right after a write of
+    each kind in turn and run again as Spark replays the batch: the pointer, the directory's entries and
+    the tables equal an uninterrupted update's."""
+    end = synthetic.history.channel.id
+    batches = []
+    for first, last in [(1, end // 2), (end // 2 + 1, end - 50), (end - 49, end)]:
+        path = str(tmp_path / f"batch{first}")  # in Parquet: read again by every update, cheaply
+        spark.read.format("gate").options(**options(synthetic, startingId=first, endingId=last)).load() \
+            .write.parquet(path)
+        batches.append(spark.read.parquet(path))
+    writes = Writes(monkeypatch)
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # small batches: 200 tasks per shuffle take longer
+    request.addfinalizer(lambda: spark.conf.unset("spark.sql.shuffle.partitions"))
+    before = tmp_path / "empty"
+    before.mkdir()
+    kinds: dict[int, list[str]] = {}
+    for number, batch in enumerate(batches):
+        clean = tmp_path / f"clean{number}"
+        shutil.copytree(before, clean)
+        writes.done, writes.crash_at = [], None
+        ImageUpdater(str(clean), synthetic.channel)(batch, number)
+        expected = stored_image(clean)
+        points = [next(i for i, p in enumerate(writes.done, 1) if p.startswith(kind)) for kind in CRASHES.get(number, [])]
+        for crash_at in points:
+            out = tmp_path / f"update{number}-{crash_at}"
+            shutil.copytree(before, out)
+            writes.done, writes.crash_at = [], crash_at
+            with pytest.raises(Crash) as crash:
+                ImageUpdater(str(out), synthetic.channel)(batch, number)
+            kinds.setdefault(number, []).append(str(crash.value).split(" ")[0])
+            writes.crash_at = None
+            ImageUpdater(str(out), synthetic.channel)(batch, number)
+            assert stored_image(out) == expected, crash.value
+            shutil.rmtree(out)
+        before = clean
+    assert kinds == CRASHES
+    assert stored_image(before)[2] == model_tables(synthetic.history.model)
+
+
+def test_an_image_stream_killed_9_in_its_first_version_recovers(synthetic: Synthetic, tmp_path: Path) -> None:
+    """foreachBatch(ImageUpdater) killed -9 while it writes the image's first version (a version directory,
+    no pointer yet), then restarted: Spark replays the batch and the image equals the model."""
+    out, checkpoint = tmp_path / "image", tmp_path / "checkpoint"
+    command = [sys.executable, "-m", "tests.spark_job", "image", json.dumps(options(synthetic)), str(out),
+               str(checkpoint), "all"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.is_dir() and any(p.name.startswith("v-") for p in out.iterdir())):
+            assert child.poll() is None and time.monotonic() < deadline, "the query wrote no version"
+            time.sleep(0.01)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert not (out / POINTER).exists()
+    finish = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert finish.returncode == 0, finish.stderr[-3000:]
+    assert json.loads((out / POINTER).read_text())["watermark"]["id"] == synthetic.history.channel.id
+    assert stored_image(out)[2] == model_tables(synthetic.history.model)
+
+
+def test_an_older_gates_image_cleared_halfway_is_cleared_again(spark: SparkSession, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image of an older gate (a marker beside OUT/DB/TABLE) is removed by the next update, its marker
+    last: a crash half-way leaves the marker, and the next update removes the rest. A directory without
+    pointer that holds anything else is refused and left as it is."""
+    writes = Writes(monkeypatch)
+    (tmp_path / "old" / "shop" / "t").mkdir(parents=True)
+    (tmp_path / "old" / "shop" / "t" / "part-0.parquet").write_bytes(b"old")
+    (tmp_path / "old" / LEGACY_MARKER).write_text("")
+    writes.crash_at = 1
+    with pytest.raises(Crash, match="delete .*/old/shop$"):
+        ImageStore(spark, str(tmp_path / "old")).current("c")
+    assert os.listdir(tmp_path / "old") == [LEGACY_MARKER]
+    writes.done, writes.crash_at = [], None
+    assert ImageStore(spark, str(tmp_path / "old")).current("c") is None
+    assert os.listdir(tmp_path / "old") == []
+    writes.done = []
+    (tmp_path / "other" / "v-1").mkdir(parents=True)
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(MaterialiseError, match=re.escape(
+            f"file:{tmp_path}/other is not empty and holds no image (no {POINTER}): give a new or empty "
+            "directory for the table images.")):
+        ImageStore(spark, str(tmp_path / "other")).current("c")
+    assert sorted(os.listdir(tmp_path / "other")) == ["notes.txt", "v-1"] and writes.done == []
 
 
 def small_channel(sandbox: Sandbox, name: str, transactions: int, seed: int = 1) -> tuple[ServerConfig, SyntheticChannel]:
@@ -281,11 +448,46 @@ def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, uniqu
     assert sorted(ids) == list(range(1, channel.id + 1))
 
 
-def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, unique_name: str,
-                                                             tmp_path: Path) -> None:
-    """A Spark master and a worker (pyspark's spark-class), the package shipped as a zip: a batch read
-    through the cluster gives every row, and the executors imported gate's code from the zip; a typed
-    stream of one table gives its rows with their types."""
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python with only pyarrow (the version this venv has, from pip's cache): no gate, no pyspark."""
+    venv = tmp_path_factory.mktemp("bare-python")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", f"pyarrow=={pyarrow.__version__}"], check=True,
+                   capture_output=True, timeout=300)
+    return python
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory, bare_python: str) -> Iterator[str]:
+    """A Spark master and a worker (pyspark's spark-class) whose Python workers run ``bare_python``; its
+    master URL."""
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    work, port = tmp_path_factory.mktemp("standalone"), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=bare_python)
+    daemons = []
+    with (work / "cluster.log").open("wb") as log:
+        for command in (["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)],
+                        ["org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                         "127.0.0.1", "--cores", "2", "--memory", "768m", "--work-dir", str(work / "work")]):
+            daemons.append(subprocess.Popen([spark_class, *command, "--webui-port", str(free_port())], env=env,
+                                            stdout=log, stderr=log, start_new_session=True))
+    yield f"spark://127.0.0.1:{port}"
+    for daemon in daemons:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+
+
+def test_the_readmes_cluster_recipe_reads_and_streams(sandbox: Sandbox, unique_name: str, tmp_path: Path,
+                                                      bare_python: str, standalone: str) -> None:
+    """The README's recipe on a standalone cluster, as written: the zip from spark_readers.package,
+    PYSPARK_PYTHON a Python with only pyarrow, spark-submit --py-files gate-spark.zip. A batch read and a
+    streaming query (whose source runs in a Python process Spark starts on the driver) give every row,
+    the executors imported gate's code from the zip, and a typed stream of one table gives its rows with
+    their types."""
     dc, channel = small_channel(sandbox, unique_name, 30)
     channel.write([[("shop", "typed", "CREATETABLE", {"NEW": [
         {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "bigint(20) unsigned"},
@@ -293,34 +495,17 @@ def test_a_standalone_cluster_reads_with_the_shipped_package(sandbox: Sandbox, u
         [("shop", "typed", "INSERT", {"NEW": [{"id": "18446744073709551615"}, {"amount": "-0.50"}]})],
         [("shop", "typed", "UPDATE", {"NEW": [{"id": "18446744073709551615"}, {"amount": "12.00"}],
                                       "OLD": [{"id": "18446744073709551615"}, {"amount": "-0.50"}]})]])
-    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-    master_port = free_port()
+    subprocess.run([sys.executable, "-m", "spark_readers.package", "gate-spark.zip"], cwd=tmp_path, check=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=sys.executable)
-    logs = tmp_path / "cluster.log"
-    daemons = []
-    try:
-        with logs.open("wb") as log:
-            daemons.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                 str(master_port), "--webui-port", str(free_port())], env=env, stdout=log, stderr=log,
-                start_new_session=True))
-            daemons.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{master_port}",
-                 "--host", "127.0.0.1", "--cores", "2", "--memory", "768m", "--webui-port", str(free_port()),
-                 "--work-dir", str(tmp_path / "work")], env=env, stdout=log, stderr=log, start_new_session=True))
-        shipped = build_zip(tmp_path / "gate-spark.zip")
-        job = subprocess.run([sys.executable, "-m", "tests.spark_job", "cluster", json.dumps(login(dc, unique_name)),
-                              f"spark://127.0.0.1:{master_port}", str(shipped)],
-                             cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                             timeout=180)
-        assert job.returncode == 0, job.stderr[-3000:] + logs.read_text()[-2000:]
-        result = json.loads(job.stdout.strip().splitlines()[-1])
-    finally:
-        for daemon in daemons:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
-    assert result["ids"] == list(range(1, channel.id + 1)) and result["optypes"] == ["CREATETABLE", "INSERT", "UPDATE"]
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=bare_python)
+    job = subprocess.run([str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", standalone,
+                          "--py-files", "gate-spark.zip", "--jars", MARIADB_JAR, "--conf", "spark.executor.memory=512m",
+                          str(ROOT / "tests" / "cluster_job.py"), json.dumps(login(dc, unique_name)),
+                          str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert job.returncode == 0, job.stderr[-4000:]
+    result = json.loads(job.stdout.strip().splitlines()[-1])
+    assert result["batch"] == result["stream"] == list(range(1, channel.id + 1))
     last = channel.id
     assert result["typed"] == [[str(2**64 - 1), "-0.50", "c", last - 1], [str(2**64 - 1), "12.00", "u", last]]
     assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]
