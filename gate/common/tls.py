@@ -163,6 +163,14 @@ class TlsSettings:
         return properties
 
 
+TlsOptions = tuple[str | None, str | None, str | None, str | None]  # mode, ca, cert, key as given; None: keep
+
+
+def given(options: TlsOptions) -> bool:
+    """Whether any of the options was given."""
+    return any(value is not None for value in options)
+
+
 def tls_settings(mode: str | None, ca: str | None, cert: str | None, key: str | None,
                  keep: TlsSettings | None = None, base: Path | None = None) -> TlsSettings:
     """Settings from options or config keys: what is not given comes from ``keep``; an empty path removes
