@@ -117,7 +117,8 @@ def test_create_makes_exactly_the_contract_tables(gate: Gate, sandbox: Sandbox, 
     assert query(sandbox, f"SELECT name, value FROM `{unique_name}`.gate_meta ORDER BY 1") == [
         ("created_by", "gate 0.1.0"), ("schema_version", "1")]
     settings = settings_of(sandbox, unique_name)
-    assert settings["source"] == {"host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": ""}
+    assert settings["source"] == {"host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": "",
+                                  "tls": {"mode": "preferred", "ca": None, "cert": None, "key": None}}
     assert settings["server_id"] == default_server_id(unique_name)
     assert 100000 <= settings["server_id"] <= 999999
 

@@ -20,7 +20,7 @@ from gate.common.tls import RecordingContext, describe_peer, peer_names
 
 _CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: TLS required and the server offers none
 _ER_SECURE_TRANSPORT_REQUIRED = (3159, 4036)  # MySQL, MariaDB: require_secure_transport refuses plaintext
-_HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+_NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 _EXPIRED, _NOT_YET_VALID = 10, 9
 _UNTRUSTED = (18, 19, 20, 21)  # self-signed, self-signed in chain, unknown issuer, leaf not verifiable
 
@@ -37,6 +37,8 @@ def stream_connector(server: ServerConfig, role: str) -> Callable[..., pymysql.C
     as here."""
 
     def connect(**arguments: Any) -> pymysql.Connection:
+        if "db" in arguments:  # the library's control connection still uses PyMySQL's deprecated name
+            arguments["database"] = arguments.pop("db")
         return _open(server, role, arguments)
 
     return connect
@@ -120,7 +122,7 @@ def _verification_message(server: ServerConfig, role: str, error: ssl.SSLCertVer
     where = f"The {role} server {server.address}"
     refused = f"gate refused it (TLS mode {server.tls.mode})"
     ca = server.tls.ca or "the system's CAs"
-    if error.verify_code == _HOSTNAME_MISMATCH:
+    if error.verify_code in _NAME_MISMATCH:
         names = _certificate_names(server)
         return (f"{where} presented a certificate for {names}, not for the host {server.host} gate connects to; "
                 f"{refused}. Connect by a name the certificate holds, or give the server a certificate with "
