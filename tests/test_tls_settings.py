@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import ssl
 from pathlib import Path
 
@@ -115,3 +116,31 @@ def test_channel_stores_paths_per_server_never_contents(files: tuple[Path, Issue
     assert ChannelSettings.from_rows("shop", rows).source.tls == tls
     old = {**rows, "source": {k: v for k, v in rows["source"].items() if k != "tls"}}
     assert ChannelSettings.from_rows("shop", old).source.tls == TlsSettings()  # stored before TLS settings
+
+
+REPO = Path(__file__).resolve().parent.parent
+# what opens a connection -> the only files allowed to (everything else goes through them)
+_OPENERS = {
+    r"pymysql\.connect\(": {"gate/common/connection.py"},
+    r"pymysql\.Connection\(": set(),
+    r"create_engine\(": {"gate/consume/link.py"},  # dc_engine (connections from gate) and an application's URL
+    r"BinLogStreamReader\(": set(),
+    r"(?<!class )OwnedStream\(": {"gate/capture/reader.py"},  # with pymysql_wrapper=stream_connector(...)
+    r'f"jdbc:': {"spark_readers/session.py"},  # a JDBC URL built: ChannelSource, whose options carry TLS
+}
+
+
+def test_nothing_opens_a_connection_past_the_one_place() -> None:
+    found: dict[str, set[str]] = {pattern: set() for pattern in _OPENERS}
+    jdbc_reads = []
+    for path in sorted([*(REPO / "gate").rglob("*.py"), *(REPO / "spark_readers").rglob("*.py")]):
+        text = path.read_text()
+        name = str(path.relative_to(REPO))
+        for pattern in _OPENERS:
+            if re.search(pattern, text):
+                found[pattern].add(name)
+        jdbc_reads += [(name, line) for line in text.splitlines() if 'read.format("jdbc")' in line and "``" not in line]
+    assert found == _OPENERS
+    assert jdbc_reads and all("jdbc_options()" in line for _, line in jdbc_reads)
+    reader = (REPO / "gate/capture/reader.py").read_text()
+    assert 'pymysql_wrapper=stream_connector(self.server, "source")' in reader
