@@ -136,7 +136,8 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     settings = settings_of(sandbox, unique_name)
     assert settings["source"]["password"] == PASSWORD  # a literal password is stored as given ...
     assert settings["standby"] == {"host": "127.0.0.1", "port": sandbox.standby.port, "user": USER,
-                                   "password": "${GATE_TEST_STANDBY_PW}"}  # ... an env one as the reference
+                                   "password": "${GATE_TEST_STANDBY_PW}",  # ... an env one as the reference
+                                   "tls": {"mode": "preferred", "ca": None, "cert": None, "key": None}}
     outputs = [result.output]
     shown = gate("--json", "channel", "show", unique_name)
     outputs.append(shown.output)
@@ -569,7 +570,7 @@ def test_unreachable_and_refused_servers(gate: Gate, sandbox: Sandbox, unique_na
     ("dc:\n  host: [127.0.0.1\n", "{path} is not valid YAML at line 3, column 1: expected ',' or ']', but got "
                                   "'<stream end>'. Fix the syntax there."),
     ("dc:\n  hots: 127.0.0.1\n", "config section 'dc' has unknown key(s) hots; the keys it accepts are host, port, "
-                                 "user, password."),
+                                 "user, password, tls."),
     ("dcs:\n  host: 127.0.0.1\n", "{path} has unknown section(s) dcs; the sections it accepts are dc, "
                                   "channel_defaults, sandbox, log."),
 ])

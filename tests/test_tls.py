@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner, Result
@@ -18,7 +19,12 @@ from gate.common.errors import ConnectionFailed, TlsFailed
 from gate.common.tls import TlsSettings
 from gate.devtools.certs import Authority, make_authority
 from gate.devtools.sandbox import MariaDBServer, Sandbox, free_port
-from tests.replay import config_yaml, dc_rows, running, server_config, wait_caught_up
+from spark_readers.incremental import read_increment
+from spark_readers.session import ChannelSource
+from tests.replay import config_yaml, dc_rows, running, server_config, wait_caught_up, wait_row
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Gate = Callable[..., Result]
 
@@ -51,12 +57,17 @@ def ca_options(box: Sandbox, role: str) -> list[str]:
 
 
 def test_channel_end_to_end_with_every_connection_verified(gate: Gate, box: Sandbox, config: Path) -> None:
-    assert box.source.config().tls.mode == "verify-identity"
+    """Preflight, snapshot readers, binlog stream, writers, checkpoint and standby sampler, all over
+    verify-identity to servers that refuse plaintext."""
+    assert box.source.config().tls.mode == "verify-identity" and box.standby is not None
+    with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE tlsdb")
+        cur.execute("CREATE TABLE tlsdb.t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute("INSERT INTO tlsdb.t VALUES (1, 'before')")
     created = gate("channel", "create", "tlsrun", "--source", box.source.address, *ca_options(box, "source"),
-                   "--standby", box.standby.address if box.standby else "", *ca_options(box, "standby"))
+                   "--standby", box.standby.address, *ca_options(box, "standby"), "--allow", "tlsdb.*", "--snapshot")
     assert created.exit_code == 0, created.output
     for role, server in (("source", box.source), ("standby", box.standby)):
-        assert server is not None
         assert (f"{role} {server.address}: offers TLS; gate negotiated TLSv1.3 with TLS_AES_256_GCM_SHA384 (TLS mode "
                 f"verify-identity), verified: certificate signed by {box.tls_dir / 'ca.pem'}, naming the host; peer "
                 "127.0.0.1, localhost (issued by gate sandbox CA, valid until ") in created.output
@@ -67,16 +78,35 @@ def test_channel_end_to_end_with_every_connection_verified(gate: Gate, box: Sand
     checked = json.loads(gate("--json", "channel", "check", "tlsrun").output)
     assert [(c["role"], c["tls"]["encrypted"], c["tls"]["protocol"]) for c in checked] == [
         ("source", True, "TLSv1.3"), ("standby", True, "TLSv1.3")]
-    assert gate("channel", "set-position", "tlsrun", "--now").exit_code == 0
-    with box.source.connect() as conn, conn.cursor() as cur:
-        cur.execute("CREATE DATABASE IF NOT EXISTS tlsdb")
-        cur.execute("CREATE TABLE tlsdb.t (id INT PRIMARY KEY, v VARCHAR(10))")
-        cur.execute("INSERT INTO tlsdb.t VALUES (1, 'secret'), (2, 'rows')")
     with running(server_config(box.dc), "tlsrun"):
+        wait_row(box.dc, "tlsrun", "SELECT 1 FROM transfer_data WHERE optype = 'SNAPSHOTEND'", timeout=60)
+        with box.source.connect() as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO tlsdb.t VALUES (2, 'after')")
         wait_caught_up(box.source, box.dc, "tlsrun")
+        wait_row(box.dc, "tlsrun", "SELECT 1 FROM transfer_data WHERE optype = 'INSERT'")
+        wait_row(box.dc, "tlsrun", "SELECT 1 FROM gate_standby_sample")
     rows = [(r[2], r[3], r[6], r[7]) for r in dc_rows(box.dc, "tlsrun")]
-    assert rows[-2:] == [("tlsdb", "t", "INSERT", '{"NEW":[{"id":"1"},{"v":"secret"}]}'),
-                         ("tlsdb", "t", "INSERT", '{"NEW":[{"id":"2"},{"v":"rows"}]}')]
+    assert [row for row in rows if row[2] in ("SNAPSHOT", "INSERT")] == [
+        ("tlsdb", "t", "SNAPSHOT", '{"NEW":[{"id":"1"},{"v":"before"}]}'),
+        ("tlsdb", "t", "INSERT", '{"NEW":[{"id":"2"},{"v":"after"}]}')]
+
+
+def test_spark_reads_over_tls(spark: SparkSession, box: Sandbox, config: Path) -> None:
+    """Connector/J (the JDBC reader) and format("gate")'s executors verify the DC as gate does."""
+    source = ChannelSource(server_config(box.dc), "tlsrun")
+    assert {k: v for k, v in source.jdbc_options().items() if k not in ("url", "driver", "user", "password")} == {
+        "useSsl": "true", "serverSslCert": str(box.tls_dir / "ca.pem")}
+    with connect(server_config(box.dc), "DC", "tlsrun") as conn, conn.cursor() as cur:
+        cur.execute("SELECT id FROM transfer_checkpoint")
+        (end,) = cur.fetchone()
+    expected = [(r[0], r[6]) for r in dc_rows(box.dc, "tlsrun")]
+    jdbc = read_increment(spark, source, 0, end).orderBy("id").collect()
+    assert [(r.id, r.optype) for r in jdbc] == expected
+    frame = spark.read.format("gate").option("config", str(config)).option("channel", "tlsrun").load()
+    assert [(r.id, r.optype) for r in frame.orderBy("id").collect()] == expected
+    plain = ChannelSource(replace(server_config(box.dc), tls=TlsSettings("preferred")), "tlsrun")
+    with pytest.raises(Exception, match="FAILED_JDBC.CONNECTION"):  # Connector/J 2.7 has no preferred: plaintext
+        read_increment(spark, plain, 0, end).collect()
 
 
 @pytest.fixture(scope="module")

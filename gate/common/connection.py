@@ -62,15 +62,17 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == 1045:
-            certificate = ("" if server.tls.cert else
-                           " If the account was created REQUIRE X509 it also needs a client certificate and key in "
-                           "gate's TLS settings of this server" + (
-                               "; and with TLS mode disabled, a server with require_secure_transport=ON refuses "
-                               "every login: set a TLS mode" if server.tls.mode == "disabled" else "") + ".")
+            hint = ""
+            if server.tls.mode == "disabled":
+                hint = (" With TLS mode disabled, a server with require_secure_transport=ON refuses every login: set "
+                        "a TLS mode.")
+            elif server.tls.mode != "preferred" and not server.tls.cert:
+                hint = (" If the account was created REQUIRE X509 it also needs a client certificate and key in "
+                        "gate's TLS settings of this server.")
             raise ConnectionFailed(
                 f"The {role} server {server.address} refused user '{server.user}': wrong password or no such "
                 f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
-                + certificate
+                + hint
             ) from None
         if code == 1049:
             raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
