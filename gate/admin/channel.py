@@ -164,7 +164,7 @@ def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
         "failover_mode": settings.failover_mode,
         "on_divergence": settings.on_divergence,
         "columns": [rule.describe() for rule in settings.columns],
-        "defaults": asdict(settings.defaults),
+        "defaults": {k: v for k, v in asdict(settings.defaults).items() if k not in dc.PER_SERVER},
         "checkpoint": {"id": resume.id, "tid": resume.tid},
         "resume": {k: v for k, v in asdict(resume).items() if k not in ("id", "tid")},
     }
