@@ -17,6 +17,8 @@ from gate.cli import main
 from gate.common.connection import connect, tls_status
 from gate.common.errors import ConnectionFailed, TlsFailed
 from gate.common.tls import TlsSettings
+from gate.consume.client import Consumer
+from gate.consume.link import dc_engine
 from gate.devtools.certs import Authority, make_authority
 from gate.devtools.sandbox import MariaDBServer, Sandbox, free_port
 from spark_readers.incremental import read_increment
@@ -89,6 +91,22 @@ def test_channel_end_to_end_with_every_connection_verified(gate: Gate, box: Sand
     assert [row for row in rows if row[2] in ("SNAPSHOT", "INSERT")] == [
         ("tlsdb", "t", "SNAPSHOT", '{"NEW":[{"id":"1"},{"v":"before"}]}'),
         ("tlsdb", "t", "INSERT", '{"NEW":[{"id":"2"},{"v":"after"}]}')]
+
+
+def test_client_and_tail_read_over_tls(box: Sandbox, gate: Gate) -> None:
+    """The Python client through gate's own connection and through a SQLAlchemy engine (dc_engine), and
+    gate tail, all verifying the DC."""
+    expected = [(r[0], r[6]) for r in dc_rows(box.dc, "tlsrun")]
+    engine = dc_engine(server_config(box.dc))
+    try:
+        for dc in (server_config(box.dc), engine):
+            with Consumer(dc, "tlsrun", batch=1000) as consumer:
+                assert [(c.id, c.optype) for c in consumer.poll()] == expected
+                assert tls_status(consumer._link.connection, server_config(box.dc))["encrypted"]
+    finally:
+        engine.dispose()
+    tailed = gate("tail", "tlsrun", "--from", "1", "--no-follow", "--json")
+    assert [(json.loads(line)["id"], json.loads(line)["optype"]) for line in tailed.output.splitlines()] == expected
 
 
 def test_spark_reads_over_tls(spark: SparkSession, box: Sandbox, config: Path) -> None:
