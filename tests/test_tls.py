@@ -225,3 +225,42 @@ def test_x509_account_needs_its_client_certificate(box: Sandbox, gate: Gate) -> 
     result = gate("check-source", box.source.address, "--user", "x509", "--tls-mode", "verify-identity", "--tls-ca", ca,
                   "--tls-cert", str(box.tls_dir / "client.pem"), "--tls-key", str(box.tls_dir / "client-key.pem"))
     assert f"source {box.source.address}: offers TLS; gate negotiated TLSv1.3" in result.output
+
+
+def test_sandbox_up_tls_prints_the_settings_that_verify_it(tmp_path: Path) -> None:
+    ports = [free_port() for _ in range(3)]
+    base = f"sandbox: {{dir: sb, source_port: {ports[0]}, standby_port: {ports[1]}, dc_port: {ports[2]}}}\n"
+    (tmp_path / "config.yaml").write_text(base)
+    runner = CliRunner()
+
+    def gate(config: str, *args: str) -> Result:
+        return runner.invoke(main, ["--config", str(tmp_path / config), *args])
+
+    try:
+        up = gate("config.yaml", "sandbox", "up", "--tls")
+        assert up.exit_code == 0, up.output
+        ca = tmp_path / "sb" / "tls" / "ca.pem"
+        settings = f"  tls:\n    mode: verify-identity\n    ca: {ca}\n"
+        assert up.stderr == (f"\nThe servers accept only TLS. In config.yaml, give gate the sandbox's CA:\ndc:\n{settings}"
+                             f"channel_defaults:\n{settings}")
+        (tmp_path / "tls.yaml").write_text(f"{base}dc:\n  port: {ports[2]}\n{settings}channel_defaults:\n{settings}")
+        checked = gate("tls.yaml", "check-source", f"127.0.0.1:{ports[0]}")
+        assert checked.stdout.startswith(f"source 127.0.0.1:{ports[0]}: offers TLS; gate negotiated TLSv1.3")
+        assert gate("tls.yaml", "channel", "list").exit_code == 0  # the DC over TLS
+    finally:
+        gate("config.yaml", "sandbox", "down", "--remove")
+
+
+def test_set_changes_tls_only_after_connecting_with_it(gate: Gate, box: Sandbox, tmp_path: Path) -> None:
+    before = json.loads(gate("--json", "channel", "show", "tlsrun").output)
+    stranger = make_authority(tmp_path, "stranger", "a stranger's CA")
+    refused = gate("channel", "set", "tlsrun", "--source-tls-ca", str(stranger.cert))
+    assert refused.exit_code == 1 and "did not sign" in refused.output
+    assert json.loads(gate("--json", "channel", "show", "tlsrun").output) == before
+    changed = gate("--json", "channel", "set", "tlsrun", "--standby-tls-mode", "verify-ca")
+    assert json.loads(changed.output)["standby_tls"] == {"mode": "verify-ca", "ca": str(box.tls_dir / "ca.pem"),
+                                                         "cert": None, "key": None}
+    kept_ca = gate("channel", "set", "tlsrun", "--standby-tls-mode", "required")
+    assert kept_ca.exit_code == 2 and "Use mode verify-ca or verify-identity, or leave the CA out." in kept_ca.output
+    assert gate("channel", "set", "tlsrun", "--standby-tls-mode", "required", "--standby-tls-ca", "").exit_code == 0
+    assert json.loads(gate("--json", "channel", "show", "tlsrun").output)["standby"]["tls"]["mode"] == "required"

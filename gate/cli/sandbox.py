@@ -65,7 +65,7 @@ def up(app: App, tls: bool) -> None:
     if box.state.tls and not app.as_json:
         settings = f"  tls:\n    mode: verify-identity\n    ca: {box.tls_dir / 'ca.pem'}\n"
         click.echo(f"\nThe servers accept only TLS. In config.yaml, give gate the sandbox's CA:\ndc:\n{settings}"
-                   f"channel_defaults:\n{settings}", err=True)
+                   f"channel_defaults:\n{settings}", err=True, nl=False)
 
 
 @sandbox.command()
