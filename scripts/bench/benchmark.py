@@ -453,7 +453,9 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
 def run_tls(workdir: Path, keys: list[str], rows: dict[str, int], args: argparse.Namespace,
             defaults: ChannelDefaults) -> dict[str, Any]:
     """The workloads again, on servers that accept only TLS: every connection verifies the server."""
-    box = Sandbox(workdir / "sandbox-tls", with_standby=False, tied_to_parent=True, tls=True)
+    workdir = workdir / "tls"  # the plaintext runs' stamps and logs have the same names
+    workdir.mkdir()
+    box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True, tls=True)
     try:
         box.up()
         return {key: measure_workload(box, key, rows[key], args, workdir, defaults, label=f"{key}+tls")
