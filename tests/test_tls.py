@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -13,8 +14,11 @@ from typing import TYPE_CHECKING
 import pytest
 from click.testing import CliRunner, Result
 
+from gate.capture.pipeline import Pipeline
 from gate.cli import main
+from gate.common.config import ChannelDefaults
 from gate.common.connection import connect, tls_status
+from gate.common.dc import ChannelSettings, create_channel
 from gate.common.errors import ConnectionFailed, TlsFailed
 from gate.common.tls import TlsSettings
 from gate.consume.client import Consumer
@@ -264,3 +268,33 @@ def test_set_changes_tls_only_after_connecting_with_it(gate: Gate, box: Sandbox,
     assert kept_ca.exit_code == 2 and "Use mode verify-ca or verify-identity, or leave the CA out." in kept_ca.output
     assert gate("channel", "set", "tlsrun", "--standby-tls-mode", "required", "--standby-tls-ca", "").exit_code == 0
     assert json.loads(gate("--json", "channel", "show", "tlsrun").output)["standby"]["tls"]["mode"] == "required"
+
+
+def test_a_source_failing_tls_stops_gate_and_is_never_failed_over(box: Sandbox, tmp_path: Path) -> None:
+    """A certificate that fails is not an unreachable source: gate run stops at once with the message,
+    although the channel has a standby and a failover after 1 s."""
+    assert box.standby is not None
+    stranger = make_authority(tmp_path, "stranger", "a stranger's CA")
+    source = replace(server_config(box.source), tls=TlsSettings("verify-ca", str(stranger.cert)))
+    with connect(server_config(box.dc), "DC") as conn:
+        create_channel(conn, ChannelSettings("tlsfatal", source, server_config(box.standby), server_id=4243,
+                                             defaults=ChannelDefaults(failover_after_seconds=1)))
+    pipeline = Pipeline(server_config(box.dc), "tlsfatal", preflight=False)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run(pipeline, errors), daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "gate kept retrying a certificate that fails"
+    assert [type(e) for e in errors] == [TlsFailed]
+    assert str(errors[0]).startswith(f"The source server {box.source.address} presented a certificate that "
+                                     f"{stranger.cert} did not sign")
+    with box.dc.connect("tlsfatal") as conn, conn.cursor() as cur:
+        cur.execute("SELECT (SELECT COUNT(*) FROM transfer_data), (SELECT COUNT(*) FROM gate_switch)")
+        assert cur.fetchone() == (0, 0)
+
+
+def _run(pipeline: Pipeline, errors: list[BaseException]) -> None:
+    try:
+        pipeline.run()
+    except BaseException as exc:  # the test reads it
+        errors.append(exc)
