@@ -478,8 +478,7 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
                             "on_divergence": settings.on_divergence}
     defaults = asdict(settings.defaults)
     data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS)})
-    data.update({f"{role}_tls": server.tls.as_row() for role, server in (("source", settings.source),
-                                                                         ("standby", settings.standby)) if server})
+    data.update({f"{role}_tls": getattr(settings, role).tls.as_row() for role in tls})  # the servers changed
     app.emit(data, pairs(data))
 
 
