@@ -40,9 +40,9 @@ class ChannelSource:
 
     def jdbc_options(self) -> dict[str, str]:
         """Options for ``spark.read.format("jdbc")``; the password goes in ``password`` (which Spark redacts),
-        never in the URL."""
+        never in the URL; the DC's TLS settings as Connector/J's own properties."""
         return {"url": self.jdbc_url, "driver": JDBC_DRIVER, "user": self.dc.user,
-                "password": self.dc.password.reveal()}
+                "password": self.dc.password.reveal(), **self.dc.tls.jdbc_properties()}
 
 
 def spark_session(master: str | None = None, app_name: str = "gate-spark-readers",

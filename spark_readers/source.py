@@ -33,9 +33,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from gate.common.config import check_identifier, load_config
+from gate.common.config import Secret, ServerConfig, check_identifier, load_config
+from gate.common.connection import open_connection
 from gate.common.dc import describe_retention, purged_through, require_at_most_checkpoint
 from gate.common.errors import ConfigError, CursorExpiredError, InvalidValue, RowsMissing
+from gate.common.tls import TlsSettings
 from spark_readers.rows import ROW_SCHEMA, to_batch
 
 NAME = "gate"
@@ -52,10 +54,12 @@ class Login:
     user: str
     channel: str
     password: str = field(default="", repr=False)
+    tls: TlsSettings = field(default_factory=TlsSettings)  # the DC's, from gate's config file
 
     def connect(self) -> pymysql.Connection:
-        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               database=self.channel, charset="utf8mb4", autocommit=True, connect_timeout=10)
+        server = ServerConfig(self.host, self.port, self.user, Secret(self.password, literal=True), self.tls)
+        return open_connection(server, "DC", database=self.channel, charset="utf8mb4", autocommit=True,
+                               connect_timeout=10)
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,8 @@ def settings(options: Mapping[str, str]) -> Settings:
                               f"is not set. Export {variable}=... in the driver's environment.")
         password = os.environ[variable]
     login = Login(host or (dc.host if dc else "127.0.0.1"), _number(options, "port", 1) or (dc.port if dc else 3306),
-                  _option(options, "user") or (dc.user if dc else "root"), channel, password)
+                  _option(options, "user") or (dc.user if dc else "root"), channel, password,
+                  dc.tls if dc else TlsSettings())
     consumer = _option(options, "consumer")
     if consumer is not None and not 0 < len(consumer) <= 64:
         raise InvalidValue(f"Consumer name {consumer!r} must have 1 to 64 characters.")

@@ -47,9 +47,10 @@ def make_sandbox(tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
     """Private servers for a test that restarts or kills them; all are stopped afterwards."""
     made: list[Sandbox] = []
 
-    def make(with_standby: bool = False, source_args: tuple[str, ...] = (), dc_args: tuple[str, ...] = ()) -> Sandbox:
+    def make(with_standby: bool = False, source_args: tuple[str, ...] = (), dc_args: tuple[str, ...] = (),
+             tls: bool = False) -> Sandbox:
         sb = Sandbox(tmp_path / f"sandbox{len(made)}", with_standby=with_standby,
-                     tied_to_parent=True, source_args=source_args, dc_args=dc_args)
+                     tied_to_parent=True, source_args=source_args, dc_args=dc_args, tls=tls)
         made.append(sb)
         sb.up()
         return sb

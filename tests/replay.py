@@ -17,13 +17,20 @@ import pymysql
 
 from gate.capture.pipeline import Pipeline
 from gate.capture.reader import current_position
-from gate.common.config import Secret, ServerConfig
+from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel, lock_holder, write_start_position
 from gate.devtools.sandbox import MariaDBServer
 
 
 def server_config(server: MariaDBServer) -> ServerConfig:
-    return ServerConfig("127.0.0.1", server.port, "root", Secret(""))
+    return server.config()
+
+
+def config_yaml(dc: MariaDBServer) -> str:
+    """A config.yaml whose DC is ``dc``, with its TLS settings."""
+    tls = dc.tls
+    lines = "".join(f"    {key}: {value}\n" for key, value in tls.as_row().items() if value)
+    return f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: root\n  password: ''\n  tls:\n{lines}"
 
 
 def make_channel(dc: MariaDBServer, source: MariaDBServer, name: str, **settings: Any) -> ServerConfig:
@@ -78,7 +85,7 @@ STARTED: list[subprocess.Popen[bytes]] = []  # killed after each test by conftes
 def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str) -> subprocess.Popen[bytes]:
     """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``."""
     config = tmp_path / "config.yaml"
-    config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: root\n  password: ''\n")
+    config.write_text(config_yaml(dc))
     log = open(tmp_path / f"{channel}.log", "ab")
     gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
     STARTED.append(gate)

@@ -24,6 +24,8 @@ from tests.replay import make_channel, start_gate, wait_row, wait_running
 
 Gate = Callable[..., Result]
 PASSWORD = "Zq9-distinctive-Pw!"  # must never appear in any output
+PREFERRED = {"mode": "preferred", "ca": None, "cert": None, "key": None}  # TLS settings stored by default
+SHOWN_PREFERRED = {**PREFERRED, "verifies": "nothing (the server's certificate is not checked)"}
 USER = "gate_cli"
 
 
@@ -117,7 +119,8 @@ def test_create_makes_exactly_the_contract_tables(gate: Gate, sandbox: Sandbox, 
     assert query(sandbox, f"SELECT name, value FROM `{unique_name}`.gate_meta ORDER BY 1") == [
         ("created_by", "gate 0.1.0"), ("schema_version", "2")]
     settings = settings_of(sandbox, unique_name)
-    assert settings["source"] == {"host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": ""}
+    assert settings["source"] == {"host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": "",
+                                  "tls": PREFERRED}
     assert settings["server_id"] == default_server_id(unique_name)
     assert 100000 <= settings["server_id"] <= 999999
 
@@ -135,14 +138,15 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     settings = settings_of(sandbox, unique_name)
     assert settings["source"]["password"] == PASSWORD  # a literal password is stored as given ...
     assert settings["standby"] == {"host": "127.0.0.1", "port": sandbox.standby.port, "user": USER,
-                                   "password": "${GATE_TEST_STANDBY_PW}"}  # ... an env one as the reference
+                                   "password": "${GATE_TEST_STANDBY_PW}",  # ... an env one as the reference
+                                   "tls": PREFERRED}
     outputs = [result.output]
     shown = gate("--json", "channel", "show", unique_name)
     outputs.append(shown.output)
     assert json.loads(shown.stdout) == {
         "channel": unique_name, "schema_version": 2, "created_by": "gate 0.1.0",
-        "source": {"address": sandbox.source.address, "user": USER, "password": "***"},
-        "standby": {"address": sandbox.standby.address, "user": USER, "password": "***"},
+        "source": {"address": sandbox.source.address, "user": USER, "password": "***", "tls": SHOWN_PREFERRED},
+        "standby": {"address": sandbox.standby.address, "user": USER, "password": "***", "tls": SHOWN_PREFERRED},
         "server_id": 4242, "allow": ["shop.*", "crm.customer?"], "deny": ["*.audit_log"],
         "failover_mode": "gtid", "on_divergence": "stop", "columns": [],
         "defaults": {"timezone": "Asia/Shanghai", "binary_format": "hex", "writers": 3, "decoders": 2,
@@ -445,12 +449,12 @@ def test_set_source_and_standby(gate: Gate, sandbox: Sandbox, unique_name: str, 
         f"note: the resume position belongs to {sandbox.source.address}; set one on the new source with "
         f"'gate channel set-position {unique_name} ...'.\n")
     assert settings_of(sandbox, unique_name)["source"] == {
-        "host": "127.0.0.1", "port": sandbox.standby.port, "user": USER, "password": PASSWORD}
+        "host": "127.0.0.1", "port": sandbox.standby.port, "user": USER, "password": PASSWORD, "tls": PREFERRED}
     result = gate("channel", "set-standby", unique_name, sandbox.source.address, "--user", "root", "--password", "")
     assert result.exit_code == 0, result.stderr
     assert f"standby.address                      {sandbox.source.address}\n" in result.stdout
     assert settings_of(sandbox, unique_name)["standby"] == {
-        "host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": ""}
+        "host": "127.0.0.1", "port": sandbox.source.port, "user": "root", "password": "", "tls": PREFERRED}
     refused(gate, sandbox, ["channel", "set-standby", unique_name], 2,
             "Give either the standby's HOST:PORT or --none to remove it, not both or neither.")
     refused(gate, sandbox, ["channel", "set-source", unique_name, f"127.0.0.1:{free_port()}", "--no-check", "--password",
@@ -577,7 +581,7 @@ def test_unreachable_and_refused_servers(gate: Gate, sandbox: Sandbox, unique_na
     ("dc:\n  host: [127.0.0.1\n", "{path} is not valid YAML at line 3, column 1: expected ',' or ']', but got "
                                   "'<stream end>'. Fix the syntax there."),
     ("dc:\n  hots: 127.0.0.1\n", "config section 'dc' has unknown key(s) hots; the keys it accepts are host, port, "
-                                 "user, password."),
+                                 "user, password, tls."),
     ("dcs:\n  host: 127.0.0.1\n", "{path} has unknown section(s) dcs; the sections it accepts are dc, "
                                   "channel_defaults, sandbox, log."),
 ])

@@ -87,7 +87,7 @@ def test_explicit_config_that_does_not_exist(tmp_path: Path) -> None:
 
 def test_unknown_keys() -> None:
     assert error_of("dc:\n  hots: x\n") == (
-        "config section 'dc' has unknown key(s) hots; the keys it accepts are host, port, user, password."
+        "config section 'dc' has unknown key(s) hots; the keys it accepts are host, port, user, password, tls."
     )
     assert error_of("dcs:\n  host: x\nextra: 1\n") == (
         "config.yaml has unknown section(s) dcs, extra; the sections it accepts are dc, channel_defaults, sandbox, log."

@@ -103,10 +103,11 @@ def _wait_switch(box: Sandbox, channel: str, timeout: float) -> float:
     return time.monotonic() - started
 
 
-@pytest.mark.parametrize("mode", ["gtid", "fingerprint"])
+@pytest.mark.parametrize(("mode", "tls"), [("gtid", False), ("fingerprint", False), ("gtid", True)])
 def test_source_killed_under_load_switches_to_standby_exactly_once(
-        make_sandbox: Callable[..., Sandbox], mode: str) -> None:
-    box = make_sandbox(with_standby=True)
+        make_sandbox: Callable[..., Sandbox], mode: str, tls: bool) -> None:
+    """With ``tls``, every server refuses plaintext and gate verifies each one's certificate and name."""
+    box = make_sandbox(with_standby=True, tls=tls)
     assert box.standby is not None
     dc = make_channel(box.dc, box.source, "fo", standby=server_config(box.standby), failover_mode=mode,
                       defaults=FAST)

@@ -46,7 +46,8 @@ def test_every_setting_wrong(make_sandbox: Callable[..., Sandbox], gate: Gate) -
                 "when creating the channel or checking the source)."),
     ]
     result = gate("check-source", box.source.address, "--server-id", "7")
-    assert (result.exit_code, result.stdout) == (1, "")
+    assert (result.exit_code, result.stdout) == (
+        1, f"source {box.source.address}: does not offer TLS; gate connects in plaintext (TLS mode preferred)\n")
     assert result.stderr == (
         f"error: The source server {box.source.address} is not ready for gate (4 problem(s)):\n"
         "  - log_bin is OFF; gate needs ON. Fix: binary logging cannot be switched on at run time: add "
@@ -120,11 +121,12 @@ def test_server_id_clashes(sandbox: Sandbox, accounts: dict[str, ServerConfig]) 
 def test_check_source_cli(gate: Gate, sandbox: Sandbox, accounts: dict[str, ServerConfig]) -> None:
     address = sandbox.source.address
     result = gate("check-source", address, "--server-id", "4242")
+    plaintext = f"source {address}: does not offer TLS; gate connects in plaintext (TLS mode preferred)\n"
     assert (result.exit_code, result.stdout, result.stderr) == (
-        0, f"source {address}: ready for gate with server_id 4242\n", "")
+        0, f"{plaintext}source {address}: ready for gate with server_id 4242\n", "")
     result = gate("check-source", address, "--user", "pf_client", "--password-env", "PF_PW", env={"PF_PW": "pf-pw"})
-    assert (result.exit_code, result.stdout) == (0, f"source {address}: ready for gate (server_id not checked: give "
-                                                    "--server-id)\n")
+    assert (result.exit_code, result.stdout) == (0, f"{plaintext}source {address}: ready for gate (server_id not "
+                                                    "checked: give --server-id)\n")
     result = gate("--json", "check-source", address, "--user", "pf_none", "--password", "pf-pw", "--server-id", "2")
     assert result.exit_code == 1
     [report] = json.loads(result.stdout)
@@ -133,8 +135,10 @@ def test_check_source_cli(gate: Gate, sandbox: Sandbox, accounts: dict[str, Serv
         ("privileges of 'pf_none'@'127.0.0.1'", True), ("SHOW SLAVE HOSTS", False)]
     assert sandbox.standby is not None
     result = gate("check-source", sandbox.standby.address, "--role", "standby")
-    assert (result.exit_code, result.stdout) == (0, f"standby {sandbox.standby.address}: ready for gate (server_id "
-                                                    "not checked: give --server-id)\n")
+    assert (result.exit_code, result.stdout) == (0, f"standby {sandbox.standby.address}: does not offer TLS; gate "
+                                                    "connects in plaintext (TLS mode preferred)\nstandby "
+                                                    f"{sandbox.standby.address}: ready for gate (server_id not checked: "
+                                                    "give --server-id)\n")
 
 
 def test_wrong_password(sandbox: Sandbox, gate: Gate) -> None:

@@ -19,7 +19,7 @@ from gate.admin import snapshot as snapshots
 from gate.admin.catalog import captured, check_pattern, key_hits, rule_problems, source_columns, source_tables
 from gate.admin.lag import source_lag
 from gate.admin.position import check_file_position, check_gtid
-from gate.admin.preflight import Problem, check_server, require_server
+from gate.admin.preflight import Problem, check_server, require_server, tls_report
 from gate.capture import failover
 from gate.capture.reader import current_position
 from gate.common import dc
@@ -43,6 +43,7 @@ from gate.common.errors import (
     InvalidValue,
     SchemaVersionError,
 )
+from gate.common.tls import TlsOptions, TlsSettings, tls_settings
 
 SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
 MAX_SERVER_ID = 2**32 - 1
@@ -57,8 +58,9 @@ def default_server_id(name: str) -> int:
 
 
 def server_login(address: str, user: str | None, password: str | None, password_env: str | None,
-                 role: str, keep: ServerConfig | None = None) -> ServerConfig:
-    """A server from HOST:PORT and login options; what is not given is taken from ``keep`` (else root, no password).
+                 role: str, keep: ServerConfig | None = None, tls: TlsSettings | None = None) -> ServerConfig:
+    """A server from HOST:PORT and login options; what is not given is taken from ``keep`` (else root, no password,
+    default TLS settings).
 
     A password from ``password_env`` is stored as the reference ``${VAR}``, resolved whenever gate connects.
     """
@@ -76,7 +78,8 @@ def server_login(address: str, user: str | None, password: str | None, password_
         secret = Secret(password, f"The {role} password")
     else:
         secret = keep.password if keep else Secret("")
-    return ServerConfig(host, port, user or (keep.user if keep else "root"), secret)
+    return ServerConfig(host, port, user or (keep.user if keep else "root"), secret,
+                        tls or (keep.tls if keep else TlsSettings()))
 
 
 def env_password(variable: str, role: str) -> Secret:
@@ -151,7 +154,8 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
 def _masked(server: ServerConfig | None) -> dict[str, Any] | None:
     if server is None:
         return None
-    return {"address": server.address, "user": server.user, "password": "***" if server.password.as_written() else ""}
+    return {"address": server.address, "user": server.user, "password": "***" if server.password.as_written() else "",
+            "tls": {**server.tls.as_row(), "verifies": server.tls.verifies}}
 
 
 def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
@@ -175,7 +179,7 @@ def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
         "failover_mode": settings.failover_mode,
         "on_divergence": settings.on_divergence,
         "columns": [rule.describe() for rule in settings.columns],
-        "defaults": asdict(settings.defaults),
+        "defaults": {k: v for k, v in asdict(settings.defaults).items() if k not in dc.PER_SERVER},
         "checkpoint": {"id": resume.id, "tid": resume.tid},
         "resume": {k: v for k, v in asdict(resume).items() if k not in ("id", "tid")},
     }
@@ -350,9 +354,29 @@ def set_columns(dc_server: ServerConfig, name: str, rules: list[ColumnRule], cle
     return settings
 
 
+def set_tls(dc_server: ServerConfig, name: str, tls: dict[str, TlsOptions]) -> ChannelSettings:
+    """Change the TLS settings of the channel's servers (by role, "source" or "standby"; options not given
+    stay), after a connection with the new settings has worked (a failure raises and stores nothing)."""
+    check_identifier(name, "Channel name")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        if not tls:
+            return settings
+        changed = {}
+        for role, value in tls.items():
+            server = getattr(settings, role)
+            if server is None:
+                raise InvalidValue(f"Channel '{name}' has no {role}: there is no {role} to give TLS settings to.")
+            changed[role] = replace(server, tls=tls_settings(*value, keep=server.tls))
+            tls_report(changed[role], role)  # connects with the new settings
+        settings = replace(settings, **changed)
+        dc.write_settings(conn, settings)
+    return settings
+
+
 def set_server(dc_server: ServerConfig, name: str, role: str, address: str | None, user: str | None = None,
                password: str | None = None, password_env: str | None = None,
-               check: bool = True) -> tuple[ChannelSettings, list[Problem]]:
+               check: bool = True, tls: TlsOptions = (None, None, None, None)) -> tuple[ChannelSettings, list[Problem]]:
     """Point the channel's ``role`` ("source" or "standby") at another server; ``address`` None removes the standby.
 
     Login options not given are kept from the current server of that role. A new standby starts with no
@@ -366,7 +390,9 @@ def set_server(dc_server: ServerConfig, name: str, role: str, address: str | Non
         server = None
         warnings: list[Problem] = []
         if address is not None:
-            server = server_login(address, user, password, password_env, role, getattr(settings, role))
+            kept = getattr(settings, role)
+            server = server_login(address, user, password, password_env, role, kept,
+                                  tls_settings(*tls, keep=kept.tls if kept else None))
             if check:
                 warnings = require_server(server, settings.server_id, role)
         settings = replace(settings, **{role: server})  # type: ignore[arg-type]  # role is source or standby
@@ -447,7 +473,8 @@ def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
         servers.append(("standby", settings.standby, settings.source))
     results: list[dict[str, Any]] = [
         {"role": role, "server": server.address, "server_id": settings.server_id,
-         "problems": check_server(server, settings.server_id, role, replicates_from)}
+         "problems": check_server(server, settings.server_id, role, replicates_from),
+         "tls": tls_report(server, role)}
         for role, server, replicates_from in servers]
     if not any(p.fatal for p in results[0]["problems"]):
         results[0]["problems"] += rule_problems(settings)

@@ -13,10 +13,12 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pymysql
 
 from gate.common.config import ServerConfig
+from gate.common.connection import tls_status
 from gate.common.dc import ChannelSettings, connect, one_row
 from gate.common.errors import ConnectionFailed, PreflightFailed
 
@@ -102,6 +104,25 @@ def require_channel(settings: ChannelSettings) -> list[Problem]:
             warnings.append(Problem(f"the {role} {server.address}", "unreachable", "a server that answers",
                                     f"{exc} Meanwhile {consequence}.", fatal=False))
     return warnings
+
+
+def tls_report(server: ServerConfig, role: str) -> dict[str, Any]:
+    """Whether ``server`` offers TLS (have_ssl), what gate's connection negotiated (protocol, cipher) and what
+    it verified of the server's certificate (the peer: its names, issuer and end of validity)."""
+    with connect(server, role, read_timeout=CHECK_TIMEOUT) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.have_ssl")
+        offers = one_row(cur)[0] == "YES"
+        return {"offers_tls": offers, **tls_status(conn, server)}
+
+
+def describe_tls(report: dict[str, Any]) -> str:
+    """A TLS report in one line."""
+    offers = "offers TLS" if report["offers_tls"] else "does not offer TLS"
+    if not report["encrypted"]:
+        return f"{offers}; gate connects in plaintext (TLS mode {report['mode']})"
+    peer = f"; peer {report['peer']}" if report["peer"] else ""
+    return (f"{offers}; gate negotiated {report['protocol']} with {report['cipher']} (TLS mode {report['mode']}), "
+            f"verified: {report['verified']}{peer}")
 
 
 def describe_failure(address: str, role: str, problems: list[Problem]) -> str:

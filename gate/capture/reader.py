@@ -32,6 +32,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from gate.capture.libshim import OwnedStream, fix_library_charsets, reuse_table_maps
 from gate.common.config import ServerConfig
+from gate.common.connection import stream_connector
 from gate.common.dc import connect, describe_position, one_row
 from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
 from gate.common.retry import backoff, is_transient
@@ -203,7 +204,8 @@ class BinlogReader:
         reuse_table_maps()
         settings = {**self.server.connect_args(), "read_timeout": self.read_timeout, "connect_timeout": 5}
         common: dict[str, Any] = dict(
-            connection_settings=settings, server_id=self.server_id, blocking=True,
+            connection_settings=settings, pymysql_wrapper=stream_connector(self.server, "source"),
+            server_id=self.server_id, blocking=True,
             only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, XAPrepareEvent, RotateEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
             slave_heartbeat=self.heartbeat, enable_logging=False,

@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 import click
 import pymysql
 
-from gate.admin.preflight import Problem, describe_failure
+from gate.admin.preflight import Problem, describe_failure, describe_tls
 from gate.common.config import Config, ServerConfig, load_config
 from gate.common.dc import GATE_VERSION
 from gate.common.errors import GateError, NotConfirmed, PreflightFailed
+from gate.common.tls import MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,6 +64,30 @@ def login_options(role: str, prefix: str = "", keeps: bool = False, stored: bool
                      help=f"{role} password, {password} (prefer --{dash}password-env)"),
         click.option(f"--{dash}password-env", f"{under}password_env", metavar="VAR",
                      help=f"environment variable holding the {role} password; {reference}"),
+    ]
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def tls_options(role: str, prefix: str = "") -> Callable[[F], F]:
+    """The options --[prefix-]tls-mode, --[prefix-]tls-ca, --[prefix-]tls-cert and --[prefix-]tls-key of one
+    server; what is not given stays as it was (a new channel: channel_defaults.tls)."""
+    dash, under = (f"{prefix}-", f"{prefix}_") if prefix else ("", "")
+    options = [
+        click.option(f"--{dash}tls-mode", f"{under}tls_mode", type=click.Choice(MODES),
+                     help=f"TLS to the {role}: disabled, preferred (encrypt if offered), required (encrypt, verify "
+                          "nothing), verify-ca, verify-identity (also the host name)"),
+        click.option(f"--{dash}tls-ca", f"{under}tls_ca", metavar="FILE",
+                     help=f"CA certificate (PEM) the {role}'s certificate must be signed by ('' removes it)"),
+        click.option(f"--{dash}tls-cert", f"{under}tls_cert", metavar="FILE",
+                     help=f"client certificate (PEM) for an account REQUIRE X509 on the {role} ('' removes it)"),
+        click.option(f"--{dash}tls-key", f"{under}tls_key", metavar="FILE",
+                     help="its private key (PEM, readable by its owner only: chmod 600)"),
     ]
 
     def decorate(command: F) -> F:
@@ -163,6 +188,8 @@ def report_checks(app: App, results: list[dict[str, Any]]) -> None:
         return
     for result in results:
         warn([p for p in result["problems"] if not p.fatal])
+        if result.get("tls"):
+            click.echo(f"{result['role']} {result['server']}: {describe_tls(result['tls'])}")
         if result not in failed:
             server_id = result["server_id"]
             click.echo(f"{result['role']} {result['server']}: ready for gate "

@@ -9,11 +9,13 @@ import click
 
 from gate.admin import channel as channels
 from gate.admin import retention
+from gate.admin.preflight import describe_tls, tls_report
 from gate.capture import failover
-from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, warn
+from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, tls_options, warn
 from gate.cli.snapshot import describe_request
 from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
+from gate.common.tls import TlsOptions, given, tls_settings
 
 # --- channels ----------------------------------------------------------------------------------
 
@@ -60,8 +62,10 @@ def _print_channel(app: App, name: str) -> None:
 @click.argument("name")
 @click.option("--source", "source_address", required=True, metavar="HOST:PORT", help="the source server")
 @login_options("source", "source")
+@tls_options("source", "source")
 @click.option("--standby", "standby_address", metavar="HOST:PORT", help="a replica of the source to fail over to")
 @login_options("standby", "standby")
+@tls_options("standby", "standby")
 @click.option("--server-id", type=int, help="server_id gate reads the binlog with [default: derived from NAME]")
 @click.option("--timezone", help="time zone TIMESTAMP values are shown in [default: channel_defaults]")
 @click.option("--binary-format", type=click.Choice(["base64", "hex"]), help="how binary strings are written")
@@ -75,8 +79,11 @@ def _print_channel(app: App, name: str) -> None:
               help="also request a snapshot of every table the channel captures (see 'gate snapshot')")
 @pass_app
 def create(app: App, name: str, source_address: str, source_user: str | None, source_password: str | None,
-           source_password_env: str | None, standby_address: str | None, standby_user: str | None,
-           standby_password: str | None, standby_password_env: str | None, server_id: int | None,
+           source_password_env: str | None, source_tls_mode: str | None, source_tls_ca: str | None,
+           source_tls_cert: str | None, source_tls_key: str | None, standby_address: str | None,
+           standby_user: str | None, standby_password: str | None, standby_password_env: str | None,
+           standby_tls_mode: str | None, standby_tls_ca: str | None, standby_tls_cert: str | None,
+           standby_tls_key: str | None, server_id: int | None,
            timezone: str | None, binary_format: str | None, writers: int | None, allow: tuple[str, ...],
            deny: tuple[str, ...], retain_days: str | None, consumer_max_idle_days: float | None,
            no_check: bool, snapshot: bool) -> None:
@@ -93,19 +100,30 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     request for every table it captures on the source, so that 'gate run' writes the rows those
     tables already hold, not only their changes from now on; a table without a primary key or a
     unique key on NOT NULL columns is refused then. The channel and its requests are made in one DC
-    transaction: a create cut short (killed, or its DC failing) is completed by running it again.
+    transaction: a create cut short (killed, or its DC failing) is completed by running it again. --source-tls-* and
+    --standby-tls-* set how gate's connections to each server use TLS (default: channel_defaults.tls);
+    the channel stores the file paths, never their contents. The preflight reports, for each server,
+    whether it offers TLS, the protocol and cipher negotiated and what was verified.
 
     Example:
 
     \b
+        gate channel create shop --source db1.example.com:3306 --source-user gate \\
+            --source-password-env SHOP_SOURCE_PASSWORD --source-tls-mode verify-identity \\
+            --source-tls-ca /etc/gate/ca.pem
         export SHOP_SOURCE_PASSWORD=...
         gate channel create shop --source db1.example.com:3306 --source-user gate \\
             --source-password-env SHOP_SOURCE_PASSWORD --standby db2.example.com:3306 \\
             --standby-user gate --standby-password-env SHOP_SOURCE_PASSWORD --allow 'shop.*'
         gate channel create crm --source db3.example.com:3306 --allow 'crm.*' --snapshot
     """
-    source = channels.server_login(source_address, source_user, source_password, source_password_env, "source")
-    standby = (channels.server_login(standby_address, standby_user, standby_password, standby_password_env, "standby")
+    default_tls = app.config.channel_defaults.tls
+    source = channels.server_login(
+        source_address, source_user, source_password, source_password_env, "source",
+        tls=tls_settings(source_tls_mode, source_tls_ca, source_tls_cert, source_tls_key, keep=default_tls))
+    standby = (channels.server_login(
+        standby_address, standby_user, standby_password, standby_password_env, "standby",
+        tls=tls_settings(standby_tls_mode, standby_tls_ca, standby_tls_cert, standby_tls_key, keep=default_tls))
                if standby_address else None)
     _, warnings, requested = channels.create(
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
@@ -113,6 +131,10 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
         retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days, snapshot=snapshot,
     )
     warn(warnings)
+    if not no_check:
+        for role, server in (("source", source), ("standby", standby)):
+            if server is not None:
+                click.echo(f"{role} {server.address}: {describe_tls(tls_report(server, role))}", err=True)
     if requested is None:
         _print_channel(app, name)
         return
@@ -166,9 +188,10 @@ def list_(app: App) -> None:
 def show(app: App, name: str) -> None:
     """Show one channel: every setting, its checkpoint and resume position.
 
-    Passwords are shown as ***. The resume position is the binlog file, position and GTID position
-    of the source right after the last checkpointed transaction, or where 'gate channel
-    set-position' put it.
+    Passwords are shown as ***. Each server's tls shows its mode, CA, client certificate and key
+    paths and what a connection verifies of the server (its peer; 'gate channel check' shows the
+    certificate itself). The resume position is the binlog file, position and GTID position of the
+    source right after the last checkpointed transaction, or where 'gate channel set-position' put it.
 
     Example:
 
@@ -325,8 +348,9 @@ def set_position(app: App, name: str, log_file: str | None, log_pos: int | None,
 
 
 def _set_server(app: App, name: str, role: str, address: str | None, user: str | None, password: str | None,
-                password_env: str | None, no_check: bool) -> None:
-    _, warnings = channels.set_server(app.dc, name, role, address, user, password, password_env, check=not no_check)
+                password_env: str | None, no_check: bool, tls: TlsOptions = (None, None, None, None)) -> None:
+    _, warnings = channels.set_server(app.dc, name, role, address, user, password, password_env, check=not no_check,
+                                      tls=tls)
     warn(warnings)
     data = channels.show(app.dc, name)
     instance = data["resume"]["instance_name"]
@@ -340,10 +364,12 @@ def _set_server(app: App, name: str, role: str, address: str | None, user: str |
 @click.argument("name")
 @click.argument("address", metavar="HOST:PORT")
 @login_options("source", keeps=True)
+@tls_options("source")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the new source")
 @pass_app
 def set_source(app: App, name: str, address: str, user: str | None, password: str | None,
-               password_env: str | None, no_check: bool) -> None:
+               password_env: str | None, tls_mode: str | None, tls_ca: str | None, tls_cert: str | None,
+               tls_key: str | None, no_check: bool) -> None:
     """Point a channel at another source server.
 
     Checks the new source first (unless --no-check). User and password not given stay as they
@@ -355,18 +381,21 @@ def set_source(app: App, name: str, address: str, user: str | None, password: st
     \b
         gate channel set-source shop db3.example.com:3306 --password-env SHOP_SOURCE_PASSWORD
     """
-    _set_server(app, name, "source", address, user, password, password_env, no_check)
+    _set_server(app, name, "source", address, user, password, password_env, no_check,
+                (tls_mode, tls_ca, tls_cert, tls_key))
 
 
 @channel.command(name="set-standby")
 @click.argument("name")
 @click.argument("address", metavar="HOST:PORT", required=False)
 @login_options("standby", keeps=True)
+@tls_options("standby")
 @click.option("--none", "remove", is_flag=True, help="remove the channel's standby")
 @click.option("--no-check", is_flag=True, help="skip the preflight of the new standby")
 @pass_app
 def set_standby(app: App, name: str, address: str | None, user: str | None, password: str | None,
-                password_env: str | None, remove: bool, no_check: bool) -> None:
+                password_env: str | None, tls_mode: str | None, tls_ca: str | None, tls_cert: str | None,
+                tls_key: str | None, remove: bool, no_check: bool) -> None:
     """Set or remove a channel's standby server.
 
     The standby is a replica of the source with its own binlog and log_slave_updates on. It is
@@ -380,7 +409,8 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
     """
     if remove == (address is not None):
         raise InvalidValue("Give either the standby's HOST:PORT or --none to remove it, not both or neither.")
-    _set_server(app, name, "standby", address, user, password, password_env, no_check)
+    _set_server(app, name, "standby", address, user, password, password_env, no_check,
+                (tls_mode, tls_ca, tls_cert, tls_key))
 
 
 @channel.command(name="set")
@@ -398,10 +428,15 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
 @click.option("--stuck-after-seconds", type=float, metavar="S",
               help="/healthz says 503 after this long without progress while there is work")
 @click.option("--ready-lag-seconds", type=float, metavar="S", help="/readyz says 503 while the lag is above this")
+@tls_options("source", "source")
+@tls_options("standby", "standby")
 @pass_app
 def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
          consumer_max_idle_days: float | None, metrics_port: int | None, metrics_address: str | None,
-         stuck_after_seconds: float | None, ready_lag_seconds: float | None) -> None:
+         stuck_after_seconds: float | None, ready_lag_seconds: float | None, source_tls_mode: str | None,
+         source_tls_ca: str | None, source_tls_cert: str | None, source_tls_key: str | None,
+         standby_tls_mode: str | None, standby_tls_ca: str | None, standby_tls_cert: str | None,
+         standby_tls_key: str | None) -> None:
     """Set a channel's failover behaviour, retention, and metrics and health settings.
 
     --failover-mode chooses how gate, after a switch, recognises the standby's transactions that the DC
@@ -422,6 +457,10 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     gate applies the two limits within seconds, a new address or port when it next starts. With no
     option the settings are only shown.
 
+    --source-tls-* and --standby-tls-* change how gate's connections to that server use TLS (options
+    not given stay; '' removes a file); gate connects with the new settings first and stores nothing
+    if that fails. A running gate uses them when it next starts.
+
     Example:
 
     \b
@@ -429,11 +468,16 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         gate channel set shop --failover-mode fingerprint
         gate channel set shop --retain-days 14 --consumer-max-idle-days 3
         gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
+        gate channel set shop --source-tls-mode verify-identity --source-tls-ca /etc/gate/ca.pem
     """
+    tls = {role: options for role, options in (
+        ("source", (source_tls_mode, source_tls_ca, source_tls_cert, source_tls_key)),
+        ("standby", (standby_tls_mode, standby_tls_ca, standby_tls_cert, standby_tls_key))) if given(options)}
     days = retain_days_value(retain_days)
     channels.check_retention(days, consumer_max_idle_days)  # every value is checked before anything changes
     _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
                                       ready_lag_seconds)  # it checks its values before it changes anything
+    settings = channels.set_tls(app.dc, name, tls)
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
     if days is not None or consumer_max_idle_days is not None:
         settings = channels.set_retention(app.dc, name, days, consumer_max_idle_days)
@@ -443,6 +487,7 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
                             "on_divergence": settings.on_divergence}
     defaults = asdict(settings.defaults)
     data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS)})
+    data.update({f"{role}_tls": getattr(settings, role).tls.as_row() for role in tls})  # the servers changed
     app.emit(data, pairs(data))
 
 

@@ -28,10 +28,10 @@ def sandbox() -> None:
     """
 
 
-def _sandbox(app: App) -> Sandbox:
+def _sandbox(app: App, tls: bool = False) -> Sandbox:
     settings = app.config.sandbox
     return Sandbox(app.config.resolve(settings.dir), with_standby=True,
-                   ports=SandboxState(settings.source_port, settings.dc_port, settings.standby_port))
+                   ports=SandboxState(settings.source_port, settings.dc_port, settings.standby_port), tls=tls)
 
 
 def _print_sandbox(app: App, box: Sandbox) -> None:
@@ -41,21 +41,31 @@ def _print_sandbox(app: App, box: Sandbox) -> None:
 
 
 @sandbox.command()
+@click.option("--tls", is_flag=True, help="new servers get certificates of a CA made in the sandbox directory and "
+                                          "accept only TLS connections")
 @pass_app
-def up(app: App) -> None:
+def up(app: App, tls: bool) -> None:
     """Start the sandbox servers, creating them on first use.
 
     Creates the source, standby and DC under the sandbox directory if they do not exist yet, starts
-    the ones not running, and prints each server. Running it again changes nothing.
+    the ones not running, and prints each server. Running it again changes nothing. With --tls (for
+    new servers; they keep it), the sandbox makes a CA and certificates for 127.0.0.1 and localhost
+    in its tls/ folder, the servers run with require_secure_transport=ON, and the command prints
+    the config.yaml lines that make gate verify them.
 
     Example:
 
     \b
         gate sandbox up
+        gate sandbox down --remove && gate sandbox up --tls
     """
-    box = _sandbox(app)
+    box = _sandbox(app, tls)
     box.up()
     _print_sandbox(app, box)
+    if box.state.tls and not app.as_json:
+        settings = f"  tls:\n    mode: verify-identity\n    ca: {box.tls_dir / 'ca.pem'}\n"
+        click.echo(f"\nThe servers accept only TLS. In config.yaml, give gate the sandbox's CA:\ndc:\n{settings}"
+                   f"channel_defaults:\n{settings}", err=True, nl=False)
 
 
 @sandbox.command()

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import yaml
 
-from gate.common.errors import ConfigError, InvalidIdentifier, InvalidValue
+from gate.common.errors import ConfigError, InvalidIdentifier, InvalidValue, TlsFailed
+from gate.common.tls import TlsSettings, tls_settings
 
 DEFAULT_CONFIG = Path("config.yaml")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -68,15 +69,16 @@ class Secret:
     """A password as written: literal text, or ``${NAME}`` references resolved from the environment
     each time it is revealed. Its repr and str never show either."""
 
-    __slots__ = ("_text", "_where")
+    __slots__ = ("_text", "_where", "_literal")
 
-    def __init__(self, text: str, where: str = "password") -> None:
+    def __init__(self, text: str, where: str = "password", literal: bool = False) -> None:
         self._text = text
         self._where = where
+        self._literal = literal  # a password already resolved: never read as references
 
     def reveal(self) -> str:
         """The password itself, for connecting; a reference to an unset variable is a ConfigError."""
-        return expand_env(self._text, self._where)
+        return self._text if self._literal else expand_env(self._text, self._where)
 
     def as_written(self) -> str:
         """The text as given (``${NAME}`` stays a reference), for storing a channel's settings."""
@@ -160,13 +162,17 @@ class ServerConfig:
     port: int = 3306
     user: str = "root"
     password: Secret = field(default_factory=lambda: Secret(""))
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
     def connect_args(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal()}
+        """PyMySQL's arguments for this server, TLS included: the one place they are built (every
+        connection gate opens goes through gate.common.connection, which calls this)."""
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal(),
+                **self.tls.pymysql_args()}
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,7 @@ class ChannelDefaults:
     snapshot_readers: int = 2  # processes reading snapshot chunks from the source
     snapshot_chunk_seconds: float = 0.5  # a snapshot chunk's SELECT is sized to take about this long
     snapshot_chunk_rows: int = 2000  # ... but reads at least this many rows
+    tls: TlsSettings = field(default_factory=TlsSettings)  # a new channel's source and standby; stored per server
 
 
 @dataclass(frozen=True)
@@ -224,6 +231,24 @@ class Config:
 _SECTIONS: dict[str, type] = {
     "dc": ServerConfig, "channel_defaults": ChannelDefaults, "sandbox": SandboxConfig, "log": LogConfig,
 }
+
+
+_TLS_KEYS = ("mode", "ca", "cert", "key")
+
+
+def _tls(raw: Any, key: str, where: str, source: str) -> TlsSettings:
+    """A ``tls`` mapping (mode, ca, cert, key); relative paths are taken from the config file's folder."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: {key} must be a mapping with the keys {', '.join(_TLS_KEYS)}.")
+    unknown = sorted(map(str, set(raw) - set(_TLS_KEYS)))
+    if unknown:
+        raise ConfigError(f"{where}: {key} has unknown key(s) {', '.join(unknown)}; it accepts {', '.join(_TLS_KEYS)}.")
+    values = {k: None if raw.get(k) is None else expand_env(str(raw[k]), f"{key}.{k}") for k in _TLS_KEYS}
+    try:
+        return tls_settings(values["mode"], values["ca"], values["cert"], values["key"],
+                            base=Path(source).absolute().parent)
+    except (InvalidValue, TlsFailed) as exc:
+        raise ConfigError(f"{where}: {key}: {exc}") from None
 
 
 def _coerce(value: Any, kind: Any, where: str) -> Any:
@@ -286,8 +311,14 @@ def _section(raw: Any, cls: type, name: str, source: str) -> Any:
             f"the keys it accepts are {', '.join(known)}."
         )
     lines = raw.lines
-    return cls(**{k: _setting(v, known[k], f"{name}.{k}", f"{source} line {lines.get(k, raw.line)}")
-                  for k, v in raw.items()})
+
+    def value(key: str, raw_value: Any) -> Any:
+        where = f"{source} line {lines.get(key, raw.line)}"
+        if str(known[key]) == "TlsSettings":
+            return _tls(raw_value, f"{name}.{key}", where, source)
+        return _setting(raw_value, known[key], f"{name}.{key}", where)
+
+    return cls(**{k: value(k, v) for k, v in raw.items()})
 
 
 class _Mapping(dict[Any, Any]):

@@ -17,44 +17,22 @@ import pymysql
 import dc_schema
 from gate.common.columns import ColumnRule
 from gate.common.config import ChannelDefaults, Secret, ServerConfig, check_identifier
+from gate.common.connection import connect as connect  # where callers have always found it
 from gate.common.errors import (
     ChannelDamaged,
     ChannelExists,
     ChannelNotFound,
-    ConnectionFailed,
     CursorBeyondCheckpoint,
     GateError,
     MissingPrivileges,
     SchemaVersionError,
 )
-from gate.common.retry import UNREACHABLE
+from gate.common.tls import TlsSettings
 
 GATE_VERSION = "0.1.0"
 CHANNEL_COMMENT = "gate channel"  # the comment of every channel database gate creates
 # what gate does in a channel database; the DC user needs them before a channel is created
 CHANNEL_PRIVILEGES = ("CREATE", "DROP", "SELECT", "INSERT", "UPDATE", "DELETE")
-
-
-def connect(server: ServerConfig, role: str, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
-    """Connect with a clear, password-free message for the usual failures."""
-    options: dict[str, Any] = {"charset": "utf8mb4", "autocommit": True, "connect_timeout": 5, **kwargs}
-    try:
-        return pymysql.connect(**server.connect_args(), database=database, **options)
-    except pymysql.err.OperationalError as exc:
-        code = exc.args[0] if exc.args else 0
-        if code == 1045:
-            raise ConnectionFailed(
-                f"The {role} server {server.address} refused user '{server.user}': wrong password or no such "
-                f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
-            ) from None
-        if code == 1049:
-            raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
-        if code in UNREACHABLE:
-            raise ConnectionFailed(
-                f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "
-                f"Check that it is running and that host and port are right."
-            ) from None
-        raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -85,12 +63,12 @@ class ChannelSettings:
             "on_divergence": self.on_divergence,
             "columns": [rule.as_row() for rule in self.columns],
         }
-        rows.update(asdict(self.defaults))
+        rows.update({k: v for k, v in asdict(self.defaults).items() if k not in PER_SERVER})
         return rows
 
     @classmethod
     def from_rows(cls, name: str, rows: dict[str, Any]) -> ChannelSettings:
-        default_names = {f for f in asdict(ChannelDefaults())}
+        default_names = {f for f in asdict(ChannelDefaults()) if f not in PER_SERVER}
         defaults = ChannelDefaults(**{k: v for k, v in rows.items() if k in default_names})
         return cls(
             name=name,
@@ -106,13 +84,18 @@ class ChannelSettings:
         )
 
 
+PER_SERVER = ("tls",)  # channel_defaults a channel stores with each server, not among its own defaults
+
+
 def _server_row(server: ServerConfig) -> dict[str, Any]:
-    return {"host": server.host, "port": server.port, "user": server.user, "password": server.password.as_written()}
+    return {"host": server.host, "port": server.port, "user": server.user, "password": server.password.as_written(),
+            "tls": server.tls.as_row()}
 
 
 def _server_from_row(row: dict[str, Any], where: str) -> ServerConfig:
     """Password references like ${SRC_PASSWORD} resolve on connecting, from the gate process's environment."""
-    return ServerConfig(row["host"], int(row["port"]), row["user"], Secret(row.get("password", ""), f"{where} password"))
+    return ServerConfig(row["host"], int(row["port"]), row["user"], Secret(row.get("password", ""), f"{where} password"),
+                        TlsSettings.from_row(row.get("tls")))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ class InvalidValue(GateError):
     exit_code = 2
 
 
+class TlsFailed(GateError):
+    """A TLS connection could not be made as its settings ask (certificate not verified, no TLS offered,
+    unusable or unprotected certificate files); retrying cannot help."""
+
+
 class NotConfirmed(GateError):
     """A destructive command was not confirmed."""
 

@@ -43,6 +43,14 @@ class Link:
         raise NotImplementedError
 
 
+def dc_engine(server: ServerConfig, **options: Any) -> Engine:
+    """A SQLAlchemy engine (PyMySQL driver) on the DC whose connections gate opens, with the server's TLS
+    settings, for an application to use and to give a :class:`Consumer`. (An engine or URL of the
+    application's own carries its own TLS arguments, e.g. ``?ssl_ca=...``.)"""
+    url = URL.create("mysql+pymysql", username=server.user, host=server.host, port=server.port)
+    return sqlalchemy.create_engine(url, creator=lambda: connect(server, "DC", autocommit=False), **options)
+
+
 def open_link(dc: DCServer, channel: str) -> Link:
     if isinstance(dc, ServerConfig):
         return PyMySQLLink(dc, channel)

@@ -16,16 +16,20 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pymysql
 
+from gate.common.config import Secret, ServerConfig
+from gate.common.connection import open_connection
 from gate.common.dc import one_row
 from gate.common.errors import SandboxError
 from gate.common.process import die_with_parent
+from gate.common.tls import TlsSettings
+from gate.devtools.certs import make_authority
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"
@@ -58,6 +62,7 @@ class MariaDBServer:
     server_id: int
     args: tuple[str, ...] = ()
     tied_to_parent: bool = False
+    tls: TlsSettings = field(default_factory=lambda: TlsSettings("disabled"))  # how its own connections go
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -85,13 +90,17 @@ class MariaDBServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def config(self) -> ServerConfig:
+        """How gate logs in to it: root without password, over TLS when the sandbox has it (else plaintext:
+        PyMySQL would otherwise build a TLS context per connect)."""
+        return ServerConfig("127.0.0.1", self.port, "root", Secret(""), self.tls)
+
     def connection_settings(self) -> dict[str, object]:
-        return {"host": "127.0.0.1", "port": self.port, "user": "root", "password": ""}
+        return self.config().connect_args()
 
     def connect(self, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
-        settings: dict[str, Any] = {**self.connection_settings(), "autocommit": True, "charset": "utf8mb4",
-                    "ssl_disabled": True, **kwargs}  # no TLS here; PyMySQL would build a TLS context per connect
-        return pymysql.connect(database=database, **settings)
+        return open_connection(self.config(), self.name, database=database,
+                               **{"autocommit": True, "charset": "utf8mb4", **kwargs})
 
     def pid(self) -> int | None:
         """The pid of this server's live mariadbd (not a zombie, not a stranger that reused the pid)."""
@@ -229,6 +238,7 @@ class SandboxState:
     source_port: int
     dc_port: int
     standby_port: int | None
+    tls: bool = False  # every server has a certificate of the sandbox's CA and accepts only TLS connections
 
 
 class Sandbox:
@@ -236,23 +246,42 @@ class Sandbox:
 
     def __init__(self, state_dir: Path, with_standby: bool = True, tied_to_parent: bool = False,
                  source_args: tuple[str, ...] = (), ports: SandboxState | None = None,
-                 dc_args: tuple[str, ...] = ()) -> None:
+                 dc_args: tuple[str, ...] = (), tls: bool = False) -> None:
         """Ports come from the state file of an earlier ``up``, else ``ports``, else free ones. ``source_args``
-        (source and standby) and ``dc_args`` are extra mariadbd options."""
+        (source and standby) and ``dc_args`` are extra mariadbd options. ``tls``: the servers get
+        certificates of a CA made in the sandbox directory (see :attr:`tls_dir`) and refuse plaintext; a
+        sandbox made with TLS keeps it."""
         self.state_dir = Path(state_dir)
         self.state_file = self.state_dir / "sandbox.json"
         state = self._load_state() or ports
         if state is None:
             state = SandboxState(free_port(), free_port(), free_port() if with_standby else None)
-        self.state = state
-        self.source = MariaDBServer("source", self.state_dir / "source", state.source_port, 1,
-                                    SOURCE_ARGS + source_args, tied_to_parent)
-        self.dc = MariaDBServer("dc", self.state_dir / "dc", state.dc_port, 3, dc_args, tied_to_parent)
-        self.standby = (
-            MariaDBServer("standby", self.state_dir / "standby", state.standby_port, 2,
-                          SOURCE_ARGS + source_args, tied_to_parent)
-            if state.standby_port is not None else None
-        )
+        self.state = state = replace(state, tls=state.tls or tls)
+        server_tls = TlsSettings("verify-identity", str(self.tls_dir / "ca.pem")) if state.tls else None
+        tls_args = (f"--ssl-ca={self.tls_dir / 'ca.pem'}", f"--ssl-cert={self.tls_dir / 'server.pem'}",
+                    f"--ssl-key={self.tls_dir / 'server-key.pem'}", "--require-secure-transport=ON") if state.tls else ()
+
+        def server(name: str, port: int, server_id: int, args: tuple[str, ...]) -> MariaDBServer:
+            made = MariaDBServer(name, self.state_dir / name, port, server_id, args + tls_args, tied_to_parent)
+            return replace(made, tls=server_tls) if server_tls else made
+
+        self.source = server("source", state.source_port, 1, SOURCE_ARGS + source_args)
+        self.dc = server("dc", state.dc_port, 3, dc_args)
+        self.standby = (server("standby", state.standby_port, 2, SOURCE_ARGS + source_args)
+                        if state.standby_port is not None else None)
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where a TLS sandbox keeps its CA (ca.pem), the servers' certificate (server.pem, for 127.0.0.1
+        and localhost) and a client certificate (client.pem) with their keys."""
+        return self.state_dir / "tls"
+
+    def _make_certificates(self) -> None:
+        if (self.tls_dir / "server.pem").exists():
+            return
+        authority = make_authority(self.tls_dir, "ca", "gate sandbox CA")
+        authority.issue(self.tls_dir, "server", ("127.0.0.1", "localhost"))
+        authority.issue(self.tls_dir, "client", ("gate",), client=True)
 
     def _load_state(self) -> SandboxState | None:
         try:
@@ -269,6 +298,8 @@ class Sandbox:
     def up(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(asdict(self.state)))
+        if self.state.tls:
+            self._make_certificates()
         fresh_standby = self.standby is not None and not self.standby.datadir.exists()
         for server in self.servers:
             server.start()
@@ -286,8 +317,9 @@ class Sandbox:
             cur.execute("STOP SLAVE")
             cur.execute(
                 "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER=%s, "
-                "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-                (self.source.port, REPL_USER, REPL_PASSWORD),
+                "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"
+                + (", MASTER_SSL=1, MASTER_SSL_VERIFY_SERVER_CERT=1, MASTER_SSL_CA=%s" if self.state.tls else ""),
+                (self.source.port, REPL_USER, REPL_PASSWORD) + ((str(self.tls_dir / "ca.pem"),) if self.state.tls else ()),
             )
             cur.execute("START SLAVE")
 

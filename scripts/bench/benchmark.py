@@ -8,6 +8,10 @@ read twice: by a bare python-mysql-replication BinLogStreamReader (the baseline,
 and by gate (a separate process, scripts/bench/gate_runner.py, running gate.capture.pipeline.Pipeline on a channel
 whose start position is the workload's first position). See scripts/bench/README.md for the figures.
 
+With --tls, workloads a, b and c run a second time on sandbox servers that accept only TLS (their own
+CA; gate, the baseline and every connection verify the certificate and the host name), and the
+figures of both runs are printed side by side.
+
 Workloads:
   a  single-table inserts in 100-row transactions (--rows, 200k)
   b  mixed insert/update/delete over 10 tables with 20-column rows of mixed types (--mixed-rows, 100k)
@@ -67,7 +71,7 @@ from workloads import (
 )
 
 from gate.common.columns import ColumnRule
-from gate.common.config import ChannelDefaults, Secret, ServerConfig
+from gate.common.config import ChannelDefaults
 from gate.common.dc import ChannelSettings, connect, create_channel, write_start_position
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 
@@ -79,10 +83,6 @@ MB = 1024 * 1024
 
 
 # --- servers ---------------------------------------------------------------------------------
-
-def server_config(server: MariaDBServer) -> ServerConfig:
-    return ServerConfig("127.0.0.1", server.port, "root", Secret(""))
-
 
 def master_position(conn: pymysql.Connection) -> Position:
     with conn.cursor() as cur:
@@ -139,8 +139,8 @@ BENCH_RULES = (ColumnRule("exclude", "bench_b.*.c_blob"), ColumnRule("hash", "be
 
 def new_channel(dc: MariaDBServer, source: MariaDBServer, name: str, start: Position | None,
                 defaults: ChannelDefaults, allow: tuple[str, ...], columns: tuple[ColumnRule, ...] = ()) -> None:
-    with connect(server_config(dc), "DC") as conn:
-        create_channel(conn, ChannelSettings(name, server_config(source), server_id=4242, allow=allow,
+    with connect(dc.config(), "DC") as conn:
+        create_channel(conn, ChannelSettings(name, source.config(), server_id=4242, allow=allow,
                                              columns=columns, defaults=defaults))
         if start is not None:
             with conn.cursor() as cur:
@@ -171,6 +171,8 @@ class GateProcess:
         self.log = workdir / f"{channel}.log"
         cmd = [sys.executable, str(RUNNER), "--dc-port", str(dc.port), "--channel", channel,
                "--stamp", str(self.stamp), "--no-preflight"]
+        if dc.tls.ca:
+            cmd += ["--dc-tls-ca", dc.tls.ca]
         if profile_dir is not None:
             cmd += ["--profile-dir", str(profile_dir)]
         if py_spy is not None:
@@ -384,8 +386,9 @@ WORKLOADS = {
 
 
 def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace, workdir: Path,
-                     defaults: ChannelDefaults) -> dict[str, Any]:
+                     defaults: ChannelDefaults, label: str = "") -> dict[str, Any]:
     title, db, ddl, load = WORKLOADS[key]
+    label = label or key
     with box.source.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
         for statement in ddl:
@@ -396,17 +399,17 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         changed = load(conn, rows)
         load_s = time.perf_counter() - t0
         end = master_position(conn)
-    print(f"[{key}] loaded {changed} rows in {load_s:.1f} s ({changed / load_s:,.0f} rows/s); "
+    print(f"[{label}] loaded {changed} rows in {load_s:.1f} s ({changed / load_s:,.0f} rows/s); "
           f"binlog {start[0]}:{start[1]} .. {end[0]}:{end[1]}", flush=True)
     load1 = os.getloadavg()[0]
     if args.wait_quiet:
         wait_quiet(args.wait_quiet)
     base = baseline(box.source, start, end, args.repeat)
-    print(f"[{key}] baseline: {base['rows']} rows in {base['seconds']:.2f} s = {base['rows_per_s']:,.0f} rows/s "
+    print(f"[{label}] baseline: {base['rows']} rows in {base['seconds']:.2f} s = {base['rows_per_s']:,.0f} rows/s "
           f"(machine busy {base['machine_busy_percent']:.0f}% of 200)",
           flush=True)
     if base["rows"] != changed:
-        print(f"[{key}] warning: the baseline read {base['rows']} rows, the workload changed {changed}")
+        print(f"[{label}] warning: the baseline read {base['rows']} rows, the workload changed {changed}")
     runs = []
     for n in range(args.repeat):
         profile_dir = workdir / f"profile-{key}" if args.profile == key else None
@@ -416,14 +419,14 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         result = run_gate(box, f"bench_{key}_ch{n}", start, end, changed, workdir, defaults, (f"{db}.*",),
                           timeout=max(300.0, changed / 1000), profile_dir=profile_dir, py_spy=spy)
         runs.append(result)
-        print(f"[{key}] gate: {result['rows']} rows in {result['seconds']:.2f} s = {result['rows_per_s']:,.0f} rows/s"
+        print(f"[{label}] gate: {result['rows']} rows in {result['seconds']:.2f} s = {result['rows_per_s']:,.0f} rows/s"
               f" (steady {result['steady_rows_per_s'] or 0:,.0f}); peak RSS {result['peak_rss_mb']:.0f} MB tree, "
               f"{result['peak_main_rss_mb']:.0f} MB main; CPU % {result['cpu_percent']}, "
               f"machine busy {result['machine_busy_percent']:.0f}% of 200", flush=True)
         if profile_dir is not None:
-            print(f"[{key}] cProfile output in {profile_dir}")
+            print(f"[{label}] cProfile output in {profile_dir}")
         if spy is not None:
-            print(f"[{key}] py-spy output in {spy}")
+            print(f"[{label}] py-spy output in {spy}")
     gate = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]  # the median run
     ruled = None
     if args.column_rules and key == "b":
@@ -432,7 +435,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
             wait_quiet(args.wait_quiet)
         ruled = run_gate(box, f"bench_{key}_rules", start, end, changed, workdir, defaults, (f"{db}.*",),
                          timeout=max(300.0, changed / 1000), columns=BENCH_RULES)
-        print(f"[{key}] gate with {len(BENCH_RULES)} column rules: {ruled['rows']} rows in {ruled['seconds']:.2f} s "
+        print(f"[{label}] gate with {len(BENCH_RULES)} column rules: {ruled['rows']} rows in {ruled['seconds']:.2f} s "
               f"= {ruled['rows_per_s']:,.0f} rows/s (steady {ruled['steady_rows_per_s'] or 0:,.0f}) against "
               f"{gate['rows_per_s']:,.0f} rows/s without; decoder CPU {ruled['cpu_us_per_row'].get('decoder', 0)} "
               f"us/row against {gate['cpu_us_per_row'].get('decoder', 0)} without", flush=True)
@@ -445,6 +448,34 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         "steady_cpu_ratio": (gate["steady_cpu_us_per_row_gate"] / base["cpu_us_per_row"]
                              if gate["steady_cpu_us_per_row_gate"] else None),
     }
+
+
+def run_tls(workdir: Path, keys: list[str], rows: dict[str, int], args: argparse.Namespace,
+            defaults: ChannelDefaults) -> dict[str, Any]:
+    """The workloads again, on servers that accept only TLS: every connection verifies the server."""
+    workdir = workdir / "tls"  # the plaintext runs' stamps and logs have the same names
+    workdir.mkdir()
+    box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True, tls=True)
+    try:
+        box.up()
+        return {key: measure_workload(box, key, rows[key], args, workdir, defaults, label=f"{key}+tls")
+                for key in keys}
+    finally:
+        box.down()
+
+
+def tls_report(results: dict[str, Any]) -> str:
+    """gate's rows/s and CPU per row in plaintext and over TLS, per workload."""
+    lines = ["workload                         plaintext rows/s  TLS rows/s  ratio   CPU us/row plain  TLS   ratio"]
+    for key, tls in results["tls_workloads"].items():
+        plain = results["workloads"].get(key)
+        if plain is None:
+            continue
+        p, t = plain["gate"], tls["gate"]
+        lines.append(f"{tls['workload']:<32} {p['rows_per_s']:>16,.0f} {t['rows_per_s']:>11,.0f} "
+                     f"{t['rows_per_s'] / p['rows_per_s']:>6.2f} {p['cpu_us_per_row_gate']:>17.1f} "
+                     f"{t['cpu_us_per_row_gate']:>5.1f} {t['cpu_us_per_row_gate'] / p['cpu_us_per_row_gate']:>6.2f}")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -468,6 +499,8 @@ def main() -> int:
                         help="before each measurement wait up to SECONDS for the machine to be nearly idle")
     parser.add_argument("--column-rules", action="store_true",
                         help="workload (b) also with 3 column rules (exclude, hash, truncate), same range")
+    parser.add_argument("--tls", action="store_true",
+                        help="also run workloads a, b, c with the source and DC over TLS (verify-identity)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
@@ -513,6 +546,9 @@ def main() -> int:
                       f"p99 {lag['lag_p99_s']:.3f} s, max {lag['lag_max_s']:.3f} s", flush=True)
         finally:
             box.down()
+        if args.tls:
+            results["tls_workloads"] = run_tls(workdir, [k for k in ("a", "b", "c") if k in only], rows, args,
+                                               defaults)
     finally:
         if keep:
             print(f"work folder kept: {workdir}")
@@ -524,6 +560,8 @@ def main() -> int:
     results["meta"]["loadavg_end"] = os.getloadavg()
     print()
     print(report(results))
+    if results.get("tls_workloads"):
+        print("\n" + tls_report(results))
     print(f"\n(total {results['meta']['seconds']:.0f} s; 1-minute load average at start "
           f"{results['meta']['loadavg_start'][0]:.2f}, at end {results['meta']['loadavg_end'][0]:.2f})")
     if args.json:

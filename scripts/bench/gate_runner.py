@@ -29,6 +29,7 @@ import gate.capture.decoder
 import gate.capture.snapshot
 import gate.capture.writer
 from gate.common.config import Secret, ServerConfig
+from gate.common.tls import TlsSettings
 
 _ORIGINAL = {"writer": gate.capture.writer._writer_main, "decoder": gate.capture.decoder._decoder_main}
 _PROFILE_ENV = "GATE_BENCH_PROFILE_DIR"
@@ -77,6 +78,7 @@ def main() -> int:
     parser.add_argument("--channel", required=True)
     parser.add_argument("--stamp", help="file that receives time.time() just before Pipeline.run()")
     parser.add_argument("--profile-dir", help="cProfile the main process, decoders and writers into this folder")
+    parser.add_argument("--dc-tls-ca", help="connect to the DC over TLS, verifying its certificate and name with this CA")
     parser.add_argument("--no-preflight", action="store_true")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
@@ -92,7 +94,8 @@ def main() -> int:
         gate.capture.decoder._decoder_main = _profiled_decoder_main  # type: ignore[assignment]
         gate.capture.snapshot.reader_main = _profiled_reader_main  # type: ignore[assignment]
 
-    dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""))
+    tls = TlsSettings("verify-identity", args.dc_tls_ca) if args.dc_tls_ca else TlsSettings("disabled")
+    dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""), tls)
     pipeline = Pipeline(dc, args.channel, preflight=not args.no_preflight)
     if args.stamp:
         Path(args.stamp).write_text(repr(time.time()))

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from benchmark import GateProcess, drop_channel, master_position, new_channel, server_config
+from benchmark import GateProcess, drop_channel, master_position, new_channel
 from monitors import CheckpointPoller, busy_percent, machine_busy, mariadbd_cpu, percentile
 from workloads import LAG_DDL
 
@@ -173,7 +173,7 @@ def phase(box: Sandbox, workdir: Path, mode: str, args: argparse.Namespace) -> d
         removal_started = time.time()
         dropper = None
         if mode == "delete":
-            set_retention(server_config(box.dc), CHANNEL, retain_days=1)
+            set_retention(box.dc.config(), CHANNEL, retain_days=1)
         elif mode == "partition":
             dropper = PartitionDropper(box.dc, args.rows, args.partition_rows)
             dropper.start()

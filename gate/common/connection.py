@@ -1,0 +1,154 @@
+"""The one place gate opens MySQL connections: every PyMySQL connection (also the binlog stream's, the
+snapshot readers', the sandbox's and format("gate")'s) is made here, from :meth:`ServerConfig.connect_args`
+with the server's TLS settings. TLS failures become :class:`TlsFailed` with what to fix; retrying never
+helps them, so no caller mistakes them for an unreachable server.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pymysql
+
+from gate.common.config import ServerConfig
+from gate.common.errors import ConnectionFailed, TlsFailed
+from gate.common.retry import UNREACHABLE, error_code
+from gate.common.tls import RecordingContext, describe_peer, peer_names
+
+_CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: TLS required and the server offers none
+_ER_SECURE_TRANSPORT_REQUIRED = (3159, 4036)  # MySQL, MariaDB: require_secure_transport refuses plaintext
+_NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+_EXPIRED, _NOT_YET_VALID = 10, 9
+_UNTRUSTED = (18, 19, 20, 21)  # self-signed, self-signed in chain, unknown issuer, leaf not verifiable
+
+
+def open_connection(server: ServerConfig, role: str, **options: Any) -> pymysql.Connection:
+    """A PyMySQL connection to ``server`` with ``options`` added to its arguments. PyMySQL's errors pass
+    through, except TLS failures, which raise :class:`TlsFailed`."""
+    return _open(server, role, {**server.connect_args(), **options})
+
+
+def stream_connector(server: ServerConfig, role: str) -> Callable[..., pymysql.Connection]:
+    """What python-mysql-replication connects with (its ``pymysql_wrapper``): the library passes back the
+    arguments it was given (:meth:`ServerConfig.connect_args` and its own), and TLS failures are reported
+    as here."""
+
+    def connect(**arguments: Any) -> pymysql.Connection:
+        if "db" in arguments:  # the library's control connection still uses PyMySQL's deprecated name
+            arguments["database"] = arguments.pop("db")
+        return _open(server, role, arguments)
+
+    return connect
+
+
+def _open(server: ServerConfig, role: str, arguments: dict[str, Any]) -> pymysql.Connection:
+    try:
+        return pymysql.connect(**arguments)
+    except pymysql.err.OperationalError as exc:
+        failure = _tls_failure(exc, server, role)
+        if failure is not None:
+            raise failure from None
+        raise
+
+
+def connect(server: ServerConfig, role: str, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
+    """Connect with a clear, password-free message for the usual failures."""
+    options: dict[str, Any] = {"charset": "utf8mb4", "autocommit": True, "connect_timeout": 5, **kwargs}
+    try:
+        return open_connection(server, role, database=database, **options)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else 0
+        if code == 1045:
+            hint = ""
+            if server.tls.mode == "disabled":
+                hint = (" With TLS mode disabled, a server with require_secure_transport=ON refuses every login: set "
+                        "a TLS mode.")
+            elif server.tls.mode != "preferred" and not server.tls.cert:
+                hint = (" If the account was created REQUIRE X509 it also needs a client certificate and key in "
+                        "gate's TLS settings of this server.")
+            raise ConnectionFailed(
+                f"The {role} server {server.address} refused user '{server.user}': wrong password or no such "
+                f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
+                + hint
+            ) from None
+        if code == 1049:
+            raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
+        if code in UNREACHABLE:
+            raise ConnectionFailed(
+                f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "
+                f"Check that it is running and that host and port are right."
+            ) from None
+        raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
+
+
+def tls_status(conn: pymysql.Connection, server: ServerConfig) -> dict[str, Any]:
+    """What a connection negotiated: protocol and cipher (the server's Ssl_version and Ssl_cipher), and
+    what was verified of the server's certificate."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
+        found = {str(name): str(value) for name, value in cur.fetchall()}
+    encrypted = bool(found.get("Ssl_version"))
+    context = getattr(conn, "ctx", None)
+    peer = context.peer if isinstance(context, RecordingContext) else None
+    return {"mode": server.tls.mode, "encrypted": encrypted,
+            "protocol": found.get("Ssl_version") or None, "cipher": found.get("Ssl_cipher") or None,
+            "verified": server.tls.verifies if encrypted else "nothing (plaintext)",
+            "peer": describe_peer(peer) if server.tls.mode in ("verify-ca", "verify-identity") else None}
+
+
+def _tls_failure(exc: pymysql.err.OperationalError, server: ServerConfig, role: str) -> TlsFailed | None:
+    """The TLS failure behind a PyMySQL error, as a message that says what to fix; None for other errors."""
+    where = f"The {role} server {server.address}"
+    original = getattr(exc, "original_exception", None)
+    code = error_code(exc)
+    if isinstance(original, ssl.SSLCertVerificationError):
+        return TlsFailed(_verification_message(server, role, original))
+    if isinstance(original, ssl.SSLError):
+        return TlsFailed(f"{where}: the TLS handshake failed ({original.reason or original}). Check that the server's "
+                         "TLS setup and gate's TLS settings of it (mode, CA, client certificate) belong together.")
+    if code == _CR_SSL_CONNECTION_ERROR:
+        return TlsFailed(f"{where} does not offer TLS, and gate's TLS mode for it is {server.tls.mode}. Give the "
+                         "server a certificate (ssl_cert, ssl_key and ssl_ca in its my.cnf), or lower the mode to "
+                         "preferred or disabled if plaintext is acceptable on that network.")
+    if code in _ER_SECURE_TRANSPORT_REQUIRED:
+        return TlsFailed(f"{where} accepts only TLS connections (require_secure_transport=ON), and gate's TLS mode "
+                         f"for it is {server.tls.mode}. Set it to verify-identity (with the CA file that signed the "
+                         "server's certificate), verify-ca or required.")
+    return None
+
+
+def _verification_message(server: ServerConfig, role: str, error: ssl.SSLCertVerificationError) -> str:
+    where = f"The {role} server {server.address}"
+    refused = f"gate refused it (TLS mode {server.tls.mode})"
+    ca = server.tls.ca or "the system's CAs"
+    if error.verify_code in _NAME_MISMATCH:
+        names = _certificate_names(server)
+        return (f"{where} presented a certificate for {names}, not for the host {server.host} gate connects to; "
+                f"{refused}. Connect by a name the certificate holds, or give the server a certificate with "
+                f"{server.host} in its subjectAltName.")
+    if error.verify_code == _EXPIRED:
+        return f"{where} presented an expired certificate; {refused}. Renew the server's certificate."
+    if error.verify_code == _NOT_YET_VALID:
+        return (f"{where} presented a certificate that is not valid yet; {refused}. Check the clocks of both hosts "
+                "and the certificate's start date.")
+    if error.verify_code in _UNTRUSTED:
+        return (f"{where} presented a certificate that {ca} did not sign ({error.verify_message}); {refused}. Give "
+                "the CA file that signed the server's certificate.")
+    return f"{where} presented a certificate that could not be verified ({error.verify_message}); {refused}."
+
+
+def _certificate_names(server: ServerConfig) -> str:
+    """The names in the certificate of a server that failed the host name check, read by a handshake that
+    checks the CA only."""
+    probe = replace(server, tls=replace(server.tls, mode="verify-ca"))
+    arguments = probe.connect_args()
+    context = arguments["ssl"]
+    try:
+        pymysql.connect(**arguments, connect_timeout=5).close()
+    except pymysql.err.MySQLError:
+        pass  # the handshake is done before the login; what happens after it does not matter here
+    peer = context.peer if isinstance(context, RecordingContext) else None
+    return ", ".join(peer_names(peer)) if peer else "other names"
