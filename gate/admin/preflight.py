@@ -94,7 +94,7 @@ def require_channel(settings: ChannelSettings) -> list[Problem]:
     for role, server, replicates_from in servers:
         try:
             warnings += require_server(server, settings.server_id, role, replicates_from)
-        except ConnectionFailed as exc:
+        except ConnectionFailed as exc:  # a server that refuses gate (ServerRefused) stops it, standby or not
             if settings.standby is None:
                 raise
             consequence = ("gate fails over to the standby if it stays down" if role == "source"

@@ -23,8 +23,9 @@ from gate.common.errors import (
     GateError,
     MissingPrivileges,
     SchemaVersionError,
+    ServerRefused,
 )
-from gate.common.retry import UNREACHABLE
+from gate.common.retry import UNREACHABLE, is_transient, refusal
 
 GATE_VERSION = "0.1.0"
 CHANNEL_COMMENT = "gate channel"  # the comment of every channel database gate creates
@@ -40,17 +41,19 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == 1045:
-            raise ConnectionFailed(
+            raise ServerRefused(
                 f"The {role} server {server.address} refused user '{server.user}': wrong password or no such "
                 f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
             ) from None
         if code == 1049:
-            raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
+            raise ServerRefused(f"The {role} server {server.address} has no database '{database}'.") from None
         if code in UNREACHABLE:
             raise ConnectionFailed(
                 f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "
                 f"Check that it is running and that host and port are right."
             ) from None
+        if not is_transient(exc):
+            raise refusal(exc, role, server, "the connection", database) from None
         raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
 
 
