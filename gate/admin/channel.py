@@ -14,9 +14,9 @@ from typing import Any
 import pymysql
 
 import dc_schema
-from gate.admin.lag import source_lag
 from gate.admin.preflight import Problem, check_server, require_server
 from gate.capture import failover
+from gate.capture.lag import source_lag
 from gate.capture.reader import binlog_files, current_position
 from gate.capture.translate import TableFilter
 from gate.common import dc

@@ -8,10 +8,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gate.admin.lag import source_lag
 from gate.admin.retention import describe
 from gate.admin.snapshot import read_snapshots
+from gate.capture.lag import source_lag
 from gate.capture.retention import plan
+from gate.capture.stopped import read_stop
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
@@ -38,6 +39,7 @@ class ChannelStatus:
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
+    stopped_by: dict[str, Any] | None  # the error that stopped the last run: error, message, exit_status, at (UTC)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +69,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         stuck = stuck_rows(cur, channel, state.id)
         retention = plan(conn, channel, settings.defaults)
         pending = read_snapshots(cur, channel, active_only=True)
+        stop = read_stop(cur, channel)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
     source_pos, lag = source_lag(settings.source, state)
     rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
@@ -81,6 +84,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, snapshots=pending,
         switches=switches, stuck_rows=stuck, retention=describe(retention),
         stale_consumers=[c.as_row() for c in retention.consumers if c.stale],
+        stopped_by=None if stop is None else stop.as_row(),
     )
 
 

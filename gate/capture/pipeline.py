@@ -477,6 +477,7 @@ class Pipeline:
                     engine.filter, engine.rules = translator.filter, translator.rules
                 ordering.begin(item.xid)
                 engine.begin()
+                metrics.transaction_read()
             elif type(item) is Commit:
                 self.stats.transactions += 1
                 metrics.last_event_time = item.timestamp
