@@ -75,10 +75,11 @@ GATE = str(Path(sys.executable).with_name("gate"))
 STARTED: list[subprocess.Popen[bytes]] = []  # killed after each test by conftest's autouse fixture
 
 
-def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str) -> subprocess.Popen[bytes]:
-    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``."""
+def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str, user: str = "root",
+               password: str = "") -> subprocess.Popen[bytes]:
+    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``, as the DC's ``user``."""
     config = tmp_path / "config.yaml"
-    config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: root\n  password: ''\n")
+    config.write_text(f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: {user}\n  password: '{password}'\n")
     log = open(tmp_path / f"{channel}.log", "ab")
     gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
     STARTED.append(gate)

@@ -110,6 +110,10 @@ class Checkpointer:
             conn.commit()
         except pymysql.err.MySQLError as exc:
             self._written_at = time.monotonic()
+            try:
+                conn.rollback()
+            except pymysql.err.MySQLError:
+                pass  # the connection is gone: so is its transaction
             if not is_transient(exc):
                 raise  # the pipeline stops on it, naming the DC server
             log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)

@@ -208,17 +208,19 @@ class Pipeline:
             )
         try:
             schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
-        except GateError:
+            self._announce(conn)
+        except BaseException:
             conn.close()
             raise
-        self._announce(conn)
         return conn
 
     def _announce(self, conn: pymysql.Connection) -> None:
         """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
         server = self.metrics_server
-        record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
-                                                 f"{server.address}:{server.port}" if server else None))
+        with refusals("DC", self.dc, "the REPLACE of gate's runner record (host, pid, metrics address) into "
+                      "gate_meta", self.channel):
+            record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
+                                                     f"{server.address}:{server.port}" if server else None))
 
     def _ctl_conn(self) -> pymysql.Connection:
         """The control connection, reopened (and the lock retaken) after a DC restart."""

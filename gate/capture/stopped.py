@@ -33,6 +33,7 @@ class StopRecord:
 def record_stop(conn: pymysql.Connection, channel: str, stop: StopRecord) -> None:
     """Store ``stop`` (stamped now, in UTC) on ``conn``, the run's control connection."""
     at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    conn.rollback()  # what the failed statement's transaction left goes
     with conn.cursor() as cur:
         cur.execute(f"REPLACE INTO {q(channel)}.gate_meta (name, value) VALUES (%s, %s)",
                     (STOPPED_KEY, json.dumps(StopRecord(stop.error, stop.message, stop.exit_status, at).as_row())))

@@ -46,7 +46,8 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
                 f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
             ) from None
         if code == 1049:
-            raise ServerRefused(f"The {role} server {server.address} has no database '{database}'.") from None
+            raise ServerRefused(f"The {role} server {server.address} has no database '{database}': was the channel "
+                                "dropped? 'gate channel list' shows the channels there.") from None
         if code in UNREACHABLE:
             raise ConnectionFailed(
                 f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "

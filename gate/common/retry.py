@@ -58,18 +58,21 @@ def is_transient(exc: BaseException) -> bool:
 def _fix(code: int, text: str, role: str, server: ServerConfig, database: str | None) -> str:
     """What an operator does about a server's answer ``code``/``text``."""
     found = _ACCOUNT.search(text)
-    account = f"'{found[1]}'@'{found[2]}'" if found else f"'{server.user}'@'%'"
+    user = found[1] if found else server.user
+    # the error names the host gate connected from, not the account's host part (e.g. '%')
+    account = (f"'{user}'@HOST (HOST: the host part of the account gate logs in as, which SELECT CURRENT_USER() "
+               "shows as that user)")
     if code in _PRIVILEGES:
         if role == "DC":
             from gate.common.dc import CHANNEL_PRIVILEGES  # dc builds on this module
 
             target = f"`{database}`.*" if database else "the channel's database"
             return (f"Grant gate's DC user what it needs in the channel's database, on the DC server: GRANT "
-                    f"{', '.join(CHANNEL_PRIVILEGES)} ON {target} TO {account};")
+                    f"{', '.join(CHANNEL_PRIVILEGES)} ON {target} TO {account}.")
         needed = _NEEDED.search(text)
         privileges = needed[1] if code == 1227 and needed else SOURCE_PRIVILEGES
-        return (f"Grant it on the {role} server: GRANT {privileges} ON *.* TO {account}; (gate needs "
-                f"{SOURCE_PRIVILEGES} ON *.* there).")
+        return (f"Grant it on the {role} server: GRANT {privileges} ON *.* TO {account}; gate needs "
+                f"{SOURCE_PRIVILEGES} ON *.* there.")
     if code == 1045:
         where = "config.yaml's dc" if role == "DC" else f"the channel's {role} ('gate channel show')"
         return (f"Check the user and password in {where}, and that the user may connect from this host.")
