@@ -177,7 +177,7 @@ def stuck_ids(cur: pymysql.cursors.Cursor, channel: str) -> list[int]:
 def forget_stuck(cur: pymysql.cursors.Cursor, channel: str, ids: list[int]) -> None:
     """Remove the notes of rows ``ids``: the checkpoint has passed them, so they are written (a note is left
     behind when gate is killed while a row waits, or when a later run writes the row at once)."""
-    cur.executemany(f"DELETE FROM {q(channel)}.gate_meta WHERE name = %s", [f"{STUCK_KEY}{i}" for i in ids])
+    cur.executemany(f"DELETE FROM {q(channel)}.gate_meta WHERE name = %s", [(f"{STUCK_KEY}{i}",) for i in ids])
 
 
 def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
