@@ -22,6 +22,7 @@ from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_s
 class ChannelStatus:
     channel: str
     state: str  # running | stopped
+    stopped_by: dict[str, Any] | None  # the error that stopped the last run: error, message, exit_status, at (UTC)
     source: str
     source_position: str | None
     resume_position: str | None
@@ -39,7 +40,6 @@ class ChannelStatus:
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
-    stopped_by: dict[str, Any] | None  # the error that stopped the last run: error, message, exit_status, at (UTC)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,7 +74,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
     source_pos, lag = source_lag(settings.source, state)
     rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
     return ChannelStatus(
-        channel=channel, state="running" if running else "stopped", source=settings.source.address,
+        channel=channel, state="running" if running else "stopped", stopped_by=None if stop is None else stop.as_row(),
+        source=settings.source.address,
         source_position=source_pos, resume_position=resume_pos, checkpoint_id=state.id,
         checkpoint_tid=state.tid, last_create_time=str(last) if last else None,
         lag_seconds=lag,
@@ -84,7 +85,6 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, snapshots=pending,
         switches=switches, stuck_rows=stuck, retention=describe(retention),
         stale_consumers=[c.as_row() for c in retention.consumers if c.stale],
-        stopped_by=None if stop is None else stop.as_row(),
     )
 
 
