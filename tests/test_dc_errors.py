@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from click.testing import Result
 
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
-from gate.common.dc import channel_tables
+from gate.common.dc import channel_tables, connect, read_settings, write_settings
 from gate.common.errors import ConnectionFailed, ServerRefused, StreamLost
 from gate.common.retry import is_transient, refusal
 from gate.devtools.sandbox import Sandbox
@@ -176,6 +177,28 @@ def test_an_unknown_database_stops_with_status_3(sandbox: Sandbox, unique_name: 
     assert stopped_with(run, tmp_path, unique_name) == (
         f"The DC server {sandbox.dc.address} has no database '{unique_name}': was the channel dropped? 'gate channel "
         "list' shows the channels there.")
+
+
+def test_the_source_refusing_the_binlog_stream(sandbox: Sandbox, unique_name: str, tmp_path: Path, gate: Gate) -> None:
+    """A source user without REPLICATION SLAVE: the binlog dump is refused. Before: exit status 1 (restarted)."""
+    user = f"s_{unique_name}"[:64]
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{PASSWORD}'")
+        cur.execute(f"GRANT SELECT, BINLOG MONITOR ON *.* TO '{user}'@'%'")
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    with connect(dc, "DC", unique_name) as conn:
+        settings = read_settings(conn, unique_name)
+        write_settings(conn, replace(settings, source=ServerConfig("127.0.0.1", sandbox.source.port, user,
+                                                                   Secret(PASSWORD))))
+    message = stopped_with(start_gate(tmp_path, sandbox.dc, unique_name), tmp_path, unique_name)
+    assert re.fullmatch(re.escape(f"The source server {sandbox.source.address} refused the binlog stream from ")
+                        + r"mysql-bin\.\d+:\d+ \(GTID [\d,-]+\)" + re.escape(
+        ": [1227] Access denied; you need (at least one of) the REPLICATION SLAVE privilege(s) for this operation. "
+        f"Grant it on the source server: GRANT REPLICATION SLAVE ON *.* TO '{user}'@HOST (HOST: the host part of the "
+        "account gate logs in as, which SELECT CURRENT_USER() shows as that user); gate needs REPLICATION SLAVE, "
+        "BINLOG MONITOR, SELECT ON *.* there. Retrying cannot help, so gate stops (exit status 3: its systemd unit "
+        "does not restart it); start it again once that is done."), message), message
+    assert status_stop(gate, unique_name)["message"] == message
 
 
 def test_transient_errors_are_told_from_lasting_ones() -> None:

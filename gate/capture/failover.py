@@ -184,7 +184,8 @@ def _wait_relay_applied(standby: ServerConfig, timeout: float = 30.0) -> str:
     """Let the standby apply what it has received; returns its final @@gtid_binlog_state (the last GTID
     of each domain and server, where @@gtid_binlog_pos has only the last of each domain)."""
     deadline = time.monotonic() + timeout
-    with connect(standby, "standby") as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+    with (refusals("standby", standby, "SHOW SLAVE STATUS and @@gtid_binlog_state (the switch's start)"),
+          connect(standby, "standby") as conn, conn.cursor(pymysql.cursors.DictCursor) as cur):
         while True:
             cur.execute("SHOW SLAVE STATUS")
             status = cur.fetchone()
