@@ -64,7 +64,7 @@ from gate.common.dc import (
     take_lock,
     write_resume,
 )
-from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError
+from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError, ServerRefused
 from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
 
 log = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ class Pipeline:
         not be reached are the log's alone (a restart retries them)."""
         if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy)):
             return  # not this run's channel, a deliberate stop, or a DC that may not answer now
-        exit_status = exc.exit_code if isinstance(exc, GateError) else 1
+        exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
         try:
             record_stop(self._ctl, self.channel, StopRecord(type(exc).__name__, str(exc), exit_status))
         except pymysql.err.MySQLError as failed:
@@ -347,11 +347,8 @@ class Pipeline:
                 log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
                 self.metrics.begin(None)
                 state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
-                try:
-                    plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
-                    self.metrics.failovers += 1
-                except GateError:  # e.g. a divergence that stops gate (run() releases the channel's lock)
-                    raise
+                plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
+                self.metrics.failovers += 1
 
     def _origin_server_id(self) -> int:
         """The source's server_id as recorded at the last start (fingerprints need it after its death)."""
