@@ -158,6 +158,24 @@ def test_snapshot_request_update_revoked(sandbox: Sandbox, unique_name: str, tmp
     assert status_stop(gate, unique_name)["message"] == message
 
 
+def test_a_read_only_dc(sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    """read_only on the DC is an operator's matter: gate does not wait it out (root, with SUPER, may still write)."""
+    db, user, run = started(sandbox, unique_name, tmp_path)
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL read_only = 1")
+        try:
+            insert(sandbox, db, 1)
+            message = stopped_with(run, tmp_path, unique_name)
+        finally:
+            cur.execute("SET GLOBAL read_only = 0")
+    assert re.fullmatch(refused(
+        sandbox, "the INSERT of rows 1..1 into transfer_data", "[1290] The MariaDB server is running with the "
+        "--read-only option so it cannot execute this statement", "The DC server is read-only and gate must write "
+        "there: SET GLOBAL read_only = OFF on it, or point gate at the writable primary (dc in config.yaml). "
+        "Retrying cannot help, so gate stops (exit status 3: its systemd unit does not restart it); start it again "
+        "once that is done."), message), message
+
+
 def test_runner_record_refused_at_start(sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
     """The record 'channel list' shows a running gate's host, pid and metrics address by: refused before
     anything is read (the error cannot be left in gate_meta either: the log alone has it)."""
