@@ -82,8 +82,9 @@ GATE = str(Path(sys.executable).with_name("gate"))
 STARTED: list[subprocess.Popen[bytes]] = []  # killed after each test by conftest's autouse fixture
 
 
-def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str) -> subprocess.Popen[bytes]:
-    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``."""
+def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str, user: str = "root",
+               password: str = "") -> subprocess.Popen[bytes]:
+    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``, as the DC's ``user``."""
     config = tmp_path / "config.yaml"
     config.write_text(config_yaml(dc))
     log = open(tmp_path / f"{channel}.log", "ab")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gate.common.config import ChannelDefaults
+from gate.common.errors import ConfigError, ServerRefused
 from gate.devtools.sandbox import Sandbox, free_port
 from tests.replay import GATE, STARTED, make_channel, wait_caught_up, wait_running
 from tests.test_metrics import get, wait_status
@@ -85,8 +86,9 @@ def test_gate_exits_as_the_unit_expects(sandbox: Sandbox, unique_name: str, tmp_
     config.write_text("dc:\n  port: not-a-port\n")
     command, env = unit_command(unique_name, config)
     bad = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert (str(bad.returncode), bad.stdout, bad.stderr) == (
-        prevent, "", f"error: {config} line 2: dc.port must be a whole number, not 'not-a-port'.\n")
+    assert prevent.split() == [str(ConfigError.exit_code), str(ServerRefused.exit_code)]  # 2 and 3: not restarted
+    assert (bad.returncode, bad.stdout, bad.stderr) == (
+        ConfigError.exit_code, "", f"error: {config} line 2: dc.port must be a whole number, not 'not-a-port'.\n")
 
     db = f"src_{unique_name}"
     with sandbox.source.connect() as conn, conn.cursor() as cur:

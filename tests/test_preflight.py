@@ -143,7 +143,7 @@ def test_check_source_cli(gate: Gate, sandbox: Sandbox, accounts: dict[str, Serv
 
 def test_wrong_password(sandbox: Sandbox, gate: Gate) -> None:
     result = gate("check-source", sandbox.source.address, "--user", "pf_none", "--password", "nope")
-    assert (result.exit_code, result.stderr) == (1, (
+    assert (result.exit_code, result.stderr) == (3, (
         f"error: The source server {sandbox.source.address} refused user 'pf_none': wrong password or no such user "
         "from this host. Check the source credentials (password via an ${ENV} reference).\n"))
     with pytest.raises(pymysql.err.OperationalError):

@@ -19,7 +19,7 @@ from gate.cli import main
 from gate.common.config import ChannelDefaults
 from gate.common.connection import connect, tls_status
 from gate.common.dc import ChannelSettings, create_channel
-from gate.common.errors import ConnectionFailed, TlsFailed
+from gate.common.errors import ServerRefused, TlsFailed
 from gate.common.tls import TlsSettings
 from gate.consume.client import Consumer
 from gate.consume.link import dc_engine
@@ -203,11 +203,11 @@ def test_refused_create_writes_nothing(gate: Gate, box: Sandbox, tmp_path: Path)
     stranger = make_authority(tmp_path, "stranger", "a stranger's CA")
     result = gate("channel", "create", "tlsbad", "--source", box.source.address, "--source-tls-mode", "verify-ca",
                   "--source-tls-ca", str(stranger.cert))
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert result.output.startswith(f"error: The source server {box.source.address} presented a certificate that "
                                     f"{stranger.cert} did not sign")
     plain = gate("channel", "create", "tlsbad", "--source", box.source.address, "--source-tls-mode", "disabled")
-    assert plain.exit_code == 1 and "a server with require_secure_transport=ON refuses every login" in plain.output
+    assert plain.exit_code == 3 and "a server with require_secure_transport=ON refuses every login" in plain.output
     with box.dc.connect() as conn, conn.cursor() as cur:
         assert cur.execute("SHOW DATABASES LIKE 'tlsbad'") == 0
 
@@ -218,7 +218,7 @@ def test_x509_account_needs_its_client_certificate(box: Sandbox, gate: Gate) -> 
         cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'x509'@'127.0.0.1'")
     ca = str(box.tls_dir / "ca.pem")
     account = replace(box.source.config(), user="x509")
-    with pytest.raises(ConnectionFailed, match="If the account was created REQUIRE X509 it also needs a client "
+    with pytest.raises(ServerRefused, match="If the account was created REQUIRE X509 it also needs a client "
                                                "certificate and key in gate's TLS settings of this server."):
         connect(account, "source")
     certified = replace(account, tls=TlsSettings("verify-identity", ca, str(box.tls_dir / "client.pem"),
@@ -259,7 +259,7 @@ def test_set_changes_tls_only_after_connecting_with_it(gate: Gate, box: Sandbox,
     before = json.loads(gate("--json", "channel", "show", "tlsrun").output)
     stranger = make_authority(tmp_path, "stranger", "a stranger's CA")
     refused = gate("channel", "set", "tlsrun", "--source-tls-ca", str(stranger.cert))
-    assert refused.exit_code == 1 and "did not sign" in refused.output
+    assert refused.exit_code == 3 and "did not sign" in refused.output
     assert json.loads(gate("--json", "channel", "show", "tlsrun").output) == before
     changed = gate("--json", "channel", "set", "tlsrun", "--standby-tls-mode", "verify-ca")
     assert json.loads(changed.output)["standby_tls"] == {"mode": "verify-ca", "ca": str(box.tls_dir / "ca.pem"),

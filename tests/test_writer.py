@@ -18,7 +18,7 @@ from gate.capture.writer import MAX_STATEMENT, _dc_session, _write, insert_state
 from gate.cli import main
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.devtools.sandbox import Sandbox
-from tests.replay import make_channel, server_config, start_gate, wait_caught_up, wait_running
+from tests.replay import make_channel, running, server_config, start_gate, wait_caught_up, wait_running
 
 AWKWARD = ["", "'", "''", "\\", "\\'", "\\\\0", "\0", "a\0b", "\n\r\t\x1a", '"', "é🚀", "%s", "{}", "?", "`x`;",
            "\\N", "NULL", "--", "/*", "*/", "x" * 30000]
@@ -142,3 +142,40 @@ def test_rows_against_a_small_max_allowed_packet_split_or_wait_loudly(make_sandb
     assert log.count(f" ERROR gate.capture.writer: {message}\n") == 1  # repeated once a minute while it lasts
     assert (f" INFO gate.capture.writer: Channel '{name}': row id 42 written, now that the DC server's max_allowed_packet "
             "is 1048576 bytes\n") in log
+
+
+def test_stuck_row_notes_left_by_a_killed_gate_go_once_the_checkpoint_passes_them(sandbox: Sandbox,
+                                                                                    unique_name: str) -> None:
+    """A note at or below the checkpoint goes when gate starts; one above it with the checkpoint that passes it.
+    Before, both stayed in gate_meta for ever."""
+    db = f"{unique_name}_s"
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY)")
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
+
+    def insert(*ids: int) -> None:
+        with sandbox.source.connect() as conn, conn.cursor() as cur:
+            for row_id in ids:
+                cur.execute(f"INSERT INTO `{db}`.t VALUES ({row_id})")
+                conn.commit()
+
+    def notes() -> list[str]:
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+            cur.execute("SELECT name FROM gate_meta WHERE name LIKE 'stuck\\_row:%' ORDER BY name")
+            return [name for (name,) in cur.fetchall()]
+
+    insert(1, 2, 3)
+    with running(dc, unique_name):
+        assert wait_caught_up(sandbox.source, sandbox.dc, unique_name) == (3, 3)
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:  # as a gate killed while they waited left them
+        for row_id in (2, 5):
+            cur.execute("INSERT INTO gate_meta (name, value) VALUES (%s, %s)", (
+                f"stuck_row:{row_id}", json.dumps({"id": row_id, "bytes": 9, "max_allowed_packet": 8,
+                                                   "since": "2026-01-01 00:00:00", "message": "too large"})))
+    with running(dc, unique_name) as pipeline:
+        wait_for(lambda: pipeline.stats.started, "the run's start")
+        assert notes() == ["stuck_row:5"]  # row 2 is below the checkpoint (3): written
+        insert(4, 5, 6)
+        assert wait_caught_up(sandbox.source, sandbox.dc, unique_name) == (6, 6)
+        assert notes() == []

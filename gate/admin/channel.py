@@ -17,10 +17,10 @@ import dc_schema
 from gate.admin import retention
 from gate.admin import snapshot as snapshots
 from gate.admin.catalog import captured, check_pattern, key_hits, rule_problems, source_columns, source_tables
-from gate.admin.lag import source_lag
 from gate.admin.position import check_file_position, check_gtid
 from gate.admin.preflight import Problem, check_server, require_server, tls_report
 from gate.capture import failover
+from gate.capture.lag import source_lag
 from gate.capture.reader import current_position
 from gate.common import dc
 from gate.common.columns import ColumnRule

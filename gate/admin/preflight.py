@@ -21,6 +21,7 @@ from gate.common.config import ServerConfig
 from gate.common.connection import tls_status
 from gate.common.dc import ChannelSettings, connect, one_row
 from gate.common.errors import ConnectionFailed, PreflightFailed
+from gate.common.retry import refusals
 
 # setting -> value gate needs; each can be changed at run time and kept in my.cnf
 _DYNAMIC = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
@@ -95,8 +96,9 @@ def require_channel(settings: ChannelSettings) -> list[Problem]:
     warnings: list[Problem] = []
     for role, server, replicates_from in servers:
         try:
-            warnings += require_server(server, settings.server_id, role, replicates_from)
-        except ConnectionFailed as exc:
+            with refusals(role, server, "gate's preflight checks"):
+                warnings += require_server(server, settings.server_id, role, replicates_from)
+        except ConnectionFailed as exc:  # a server that refuses gate (ServerRefused) stops it, standby or not
             if settings.standby is None:
                 raise
             consequence = ("gate fails over to the standby if it stays down" if role == "source"

@@ -8,10 +8,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gate.admin.lag import source_lag
 from gate.admin.retention import describe
 from gate.admin.snapshot import read_snapshots
+from gate.capture.lag import source_lag
 from gate.capture.retention import plan
+from gate.capture.stopped import read_stop
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
@@ -21,6 +22,7 @@ from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_s
 class ChannelStatus:
     channel: str
     state: str  # running | stopped
+    stopped_by: dict[str, Any] | None  # the error that stopped the last run: error, message, exit_status, at (UTC)
     source: str
     source_position: str | None
     resume_position: str | None
@@ -67,11 +69,13 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         stuck = stuck_rows(cur, channel, state.id)
         retention = plan(conn, channel, settings.defaults)
         pending = read_snapshots(cur, channel, active_only=True)
+        stop = read_stop(cur, channel)
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
     source_pos, lag = source_lag(settings.source, state)
     rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
     return ChannelStatus(
-        channel=channel, state="running" if running else "stopped", source=settings.source.address,
+        channel=channel, state="running" if running else "stopped", stopped_by=None if stop is None else stop.as_row(),
+        source=settings.source.address,
         source_position=source_pos, resume_position=resume_pos, checkpoint_id=state.id,
         checkpoint_tid=state.tid, last_create_time=str(last) if last else None,
         lag_seconds=lag,

@@ -6,7 +6,8 @@ boundaries (the id, tid and binlog position right after a transaction). Once eve
 including a chunk is committed by the writers, that chunk's last boundary may become the checkpoint.
 A chunk also names the XA transactions whose outcome (commit or rollback) it passes: their stored
 prepared changes are deleted in the transaction that moves the checkpoint past it, and the snapshot
-progress notes a chunk's boundary carries are stored in it.
+progress notes a chunk's boundary carries are stored in it, as is the removal of ``stuck_row`` notes an
+earlier run left for rows the checkpoint passes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import pymysql
 
 from gate.capture.failover import clear_marker
 from gate.capture.snapshot import Note, record
+from gate.capture.writer import forget_stuck
 from gate.capture.xa import forget
 from gate.common.dc import ResumeState, write_resume
+from gate.common.retry import is_transient
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ class Checkpointer:
     state: ResumeState
     interval: float = 0.1
     marker_pending: bool = False  # a switch's dedupe marker goes with the first checkpoint on the new source
+    stuck: list[int] = field(default_factory=list)  # ids of stuck_row notes above the checkpoint, left by a killed run
     _chunks: deque[_Chunk] = field(default_factory=deque)
     _index: dict[int, _Chunk] = field(default_factory=dict)
     _target: ResumeState | None = None
@@ -87,7 +91,8 @@ class Checkpointer:
         return self._target is not None and time.monotonic() - self._written_at >= self.interval
 
     def write(self, conn: pymysql.Connection) -> bool:
-        """Store the newest reachable boundary; False (retried later) if the DC connection broke."""
+        """Store the newest reachable boundary; False (retried later) if the DC connection broke. Any other
+        error of the DC is raised."""
         target, resolved, notes = self._target, self._resolved[:], self._notes[:]
         if target is None:
             return True
@@ -99,15 +104,25 @@ class Checkpointer:
                 record(cur, self.channel, notes)
                 if self.marker_pending:
                     clear_marker(cur, self.channel)
+                passed = [row_id for row_id in self.stuck if row_id <= target.id]
+                if passed:
+                    forget_stuck(cur, self.channel, passed)
             conn.commit()
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-            log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)
+        except pymysql.err.MySQLError as exc:
             self._written_at = time.monotonic()
+            try:
+                conn.rollback()
+            except pymysql.err.MySQLError:
+                pass  # the connection is gone: so is its transaction
+            if not is_transient(exc):
+                raise  # the pipeline stops on it, naming the DC server
+            log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)
             return False
         self.state = target
         del self._resolved[:len(resolved)]
         del self._notes[:len(notes)]
         self.marker_pending = False
+        self.stuck = [row_id for row_id in self.stuck if row_id > target.id]
         if self._target is target:
             self._target = None
         self._written_at = time.monotonic()

@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import pymysql
@@ -29,6 +29,7 @@ from gate.capture.translate import Change, Translator
 from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, ResumeState, connect, one_row, q, store_settings, write_resume
 from gate.common.errors import FailoverError, GateError
+from gate.common.retry import is_transient, refusals
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,11 @@ ON_DIVERGENCE = ("stop", "continue")
 class StandbySampler(threading.Thread):
     """Every ``interval`` seconds: the standby's SHOW MASTER STATUS, UNIX_TIMESTAMP() and @@gtid_binlog_pos -> DC."""
 
-    def __init__(self, dc: ServerConfig, channel: str, standby: ServerConfig, interval: float) -> None:
+    def __init__(self, dc: ServerConfig, channel: str, standby: ServerConfig, interval: float,
+                 on_fatal: Callable[[GateError], None] = lambda exc: None) -> None:
         super().__init__(name="gate-standby-sampler", daemon=True)
         self.dc, self.channel, self.standby, self.interval = dc, channel, standby, interval
+        self.on_fatal = on_fatal  # told an error that retrying cannot fix (gate stops); sampling ends
         self._halt = threading.Event()  # not "_stop": threading.Thread uses that name itself
 
     def stop(self) -> None:
@@ -55,15 +58,17 @@ class StandbySampler(threading.Thread):
 
     def sample_once(self) -> None:
         """One sample. The position is read before the clock, so the sample never claims a position
-        the standby reached only after its timestamp."""
-        with connect(self.standby, "standby", connect_timeout=3) as conn, conn.cursor() as cur:
+        the standby reached only after its timestamp. Errors that are not transient are :class:`ServerRefused`."""
+        with (refusals("standby", self.standby, "SHOW MASTER STATUS (a sample of its binlog position)"),
+              connect(self.standby, "standby", connect_timeout=3) as conn, conn.cursor() as cur):
             cur.execute("SHOW MASTER STATUS")
             status = cur.fetchone()
             cur.execute("SELECT UNIX_TIMESTAMP(), @@gtid_binlog_pos")
             now, gtid = one_row(cur)
         if status is None:
             raise FailoverError(f"The standby {self.standby.address} has binary logging off; it cannot be failed over to.")
-        with connect(self.dc, "DC", self.channel) as conn, conn.cursor() as cur:
+        with (refusals("DC", self.dc, "storing a standby sample in gate_standby_sample", self.channel),
+              connect(self.dc, "DC", self.channel) as conn, conn.cursor() as cur):
             cur.execute("REPLACE INTO gate_standby_sample (sampled_at, log_file, log_pos, gtid_pos) "
                         "VALUES (%s, %s, %s, %s)", (int(now), status[0], int(status[1]), gtid or None))
             cur.execute("DELETE FROM gate_standby_sample WHERE sampled_at < %s", (int(now) - KEEP_SAMPLES * self.interval,))
@@ -72,7 +77,10 @@ class StandbySampler(threading.Thread):
         while not self._halt.is_set():
             try:
                 self.sample_once()
-            except (GateError, pymysql.err.Error) as exc:
+            except (GateError, pymysql.err.Error) as exc:  # sample_once turned server errors that stay into GateErrors
+                if isinstance(exc, GateError) and not is_transient(exc):
+                    self.on_fatal(exc)
+                    return
                 log.warning("standby sample not taken: %s", exc)
             self._halt.wait(self.interval)
 
@@ -176,7 +184,8 @@ def _wait_relay_applied(standby: ServerConfig, timeout: float = 30.0) -> str:
     """Let the standby apply what it has received; returns its final @@gtid_binlog_state (the last GTID
     of each domain and server, where @@gtid_binlog_pos has only the last of each domain)."""
     deadline = time.monotonic() + timeout
-    with connect(standby, "standby") as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+    with (refusals("standby", standby, "SHOW SLAVE STATUS and @@gtid_binlog_state (the switch's start)"),
+          connect(standby, "standby") as conn, conn.cursor(pymysql.cursors.DictCursor) as cur):
         while True:
             cur.execute("SHOW SLAVE STATUS")
             status = cur.fetchone()

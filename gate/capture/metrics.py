@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gate.capture.checkpoint import Checkpointer
+from gate.capture.lag import lag_seconds
 from gate.capture.retention import ConsumerInfo, RetentionFigures
 from gate.common.dc import ResumeState
 from gate.common.errors import MetricsPortBusy
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 VISIBLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+AT_END_FRESH = 5.0  # seconds a heartbeat's finding "at the source's end" holds (the source sends one every 0.1 s)
 
 
 class Queue(Protocol):
@@ -96,6 +98,7 @@ class RunMetrics:
     loop_at: float = field(default_factory=time.monotonic)
     progress_at: float = field(default_factory=time.monotonic)
     caught_up_at: float = 0.0  # wall clock: when the reader last stood at the source's end with nothing pending
+    at_end: bool = False  # no transaction read since then
     started_at: float = field(default_factory=time.time)
     retention: RetentionFigures = field(default_factory=RetentionFigures)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
@@ -132,16 +135,25 @@ class RunMetrics:
     def caught_up(self) -> None:
         self.progress_at = time.monotonic()
         self.caught_up_at = time.time()
+        self.at_end = True
+
+    def transaction_read(self) -> None:
+        """A transaction's start: gate is not at the source's end until a heartbeat finds it checkpointed."""
+        self.at_end = False
 
     # --- what the endpoints say -------------------------------------------------------------
 
     def lag(self) -> float:
-        """0 at the source's end; else how long since the last checkpointed transaction was committed on
-        the source, or since gate last stood at the source's end if that is more recent."""
-        if self.stage is None:
+        """:func:`~gate.capture.lag.lag_seconds`: 0 while the source's last heartbeat (at most AT_END_FRESH
+        seconds ago, with the stream open) found gate at its end with everything checkpointed; else how long
+        since the last checkpointed transaction was committed on the source, or since gate last stood at the
+        source's end if that is more recent (since gate started, if neither happened)."""
+        stage, now = self.stage, time.time()
+        if stage is None:
             return 0.0
-        since = max(self.caught_up_at, float(self.stage.checkpoint.event_time or 0)) or self.started_at
-        return max(0.0, time.time() - since)
+        at_end = self.at_end and stage.reader.connected and now - self.caught_up_at <= AT_END_FRESH
+        lag = lag_seconds(at_end, now, stage.checkpoint.event_time, self.caught_up_at)
+        return max(0.0, now - self.started_at) if lag is None else lag
 
     def health(self) -> tuple[bool, str]:
         stage, now = self.stage, time.monotonic()

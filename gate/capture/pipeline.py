@@ -44,8 +44,9 @@ from gate.capture.reader import (
 from gate.capture.retention import Retainer
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.snapshot import Note, SnapshotEngine
+from gate.capture.stopped import StopRecord, clear_stop, record_stop
 from gate.capture.translate import Change, TableFilter, Translator
-from gate.capture.writer import WriterPool
+from gate.capture.writer import WriterPool, forget_stuck, stuck_ids
 from gate.common.columns import rule_keys
 from gate.common.config import ServerConfig
 from gate.common.dc import (
@@ -64,8 +65,8 @@ from gate.common.dc import (
     take_lock,
     write_resume,
 )
-from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError
-from gate.common.retry import backoff
+from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError, ServerRefused
+from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ class RunStats:
 def describe_columns(server: ServerConfig, retry_for: float, stopping: threading.Event) -> ColumnDescriber:
     """CREATE TABLE ... LIKE (and ... SELECT without a column list): the table's columns, read from the
     source's information_schema when gate reads the statement. The source unreachable is handled as
-    the reader handles it: retried with backoff for ``retry_for`` seconds, then :class:`SourceDown`."""
+    the reader handles it: retried with backoff for ``retry_for`` seconds, then :class:`SourceDown`; an error
+    that is not transient stops gate."""
 
     def describe(db: str, table: str) -> list[dict[str, str]]:
         failing_since: float | None = None
@@ -99,7 +101,8 @@ def describe_columns(server: ServerConfig, retry_for: float, stopping: threading
                          "primary_key": "Yes" if key == "PRI" else "No", "data_type": ctype}
                         for name, nullable, key, ctype in cur.fetchall()
                     ]
-            except (ConnectionFailed, pymysql.err.OperationalError) as exc:
+            except (GateError, pymysql.err.MySQLError) as exc:
+                raise_unless_transient(exc, "source", server, f"reading the columns of {db}.{table}")
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since >= retry_for or stopping.is_set():
@@ -174,6 +177,14 @@ class Pipeline:
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
         self._retainer: Retainer | None = None
+        self._failure: GateError | None = None  # what stopped a thread beside the main loop, raised by the loop
+        self._stuck: list[int] = []  # ids of stuck_row notes above the checkpoint, left by an earlier run
+
+    def fail(self, exc: GateError) -> None:
+        """A thread beside the main loop (retention, the standby sampler) met an error that stops gate; the
+        main loop raises it at its next turn."""
+        if self._failure is None:
+            self._failure = exc
 
     def stop(self) -> None:
         """The first call drains the writers and stores the checkpoint (waiting for the DC if it is
@@ -198,17 +209,19 @@ class Pipeline:
             )
         try:
             schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
-        except GateError:
+            self._announce(conn)
+        except BaseException:
             conn.close()
             raise
-        self._announce(conn)
         return conn
 
     def _announce(self, conn: pymysql.Connection) -> None:
         """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
         server = self.metrics_server
-        record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
-                                                 f"{server.address}:{server.port}" if server else None))
+        with refusals("DC", self.dc, "the REPLACE of gate's runner record (host, pid, metrics address) into "
+                      "gate_meta", self.channel):
+            record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
+                                                     f"{server.address}:{server.port}" if server else None))
 
     def _ctl_conn(self) -> pymysql.Connection:
         """The control connection, reopened (and the lock retaken) after a DC restart."""
@@ -234,7 +247,8 @@ class Pipeline:
                 f"position on the new source with 'gate channel set-position {self.channel} ...'."
             )
         if not state.log_file and not state.gtid_pos:
-            now = current_position(source)
+            with refusals("source", source, "SHOW MASTER STATUS (its binlog position to start from)"):
+                now = current_position(source)
             state = state.moved(log_file=now.log_file, log_pos=now.log_pos, gtid_pos=now.gtid_pos,
                                 instance_name=source.address)
             self._store(state)
@@ -245,6 +259,10 @@ class Pipeline:
             xa.ensure_table(cur)
             snapshot.ensure_table(cur)
             removed = remove_above_checkpoint(cur, self.channel, state.id)
+            clear_stop(cur, self.channel)
+            stuck = stuck_ids(cur, self.channel)
+            forget_stuck(cur, self.channel, [row_id for row_id in stuck if row_id <= state.id])
+            self._stuck = [row_id for row_id in stuck if row_id > state.id]  # they go with the checkpoint passing them
         if removed:
             log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
         return state
@@ -264,12 +282,30 @@ class Pipeline:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
         try:
-            return self._run()
+            with refusals("DC", self.dc, "a statement of gate's control connection", self.channel):
+                return self._run()
+        except (GateError, pymysql.err.MySQLError) as exc:
+            self._record_stop(exc)
+            raise
         finally:
             if self._retainer is not None:
                 self._retainer.stop()
             if self.metrics_server is not None:
                 self.metrics_server.close()
+            if self._ctl is not None:
+                self._ctl.close()
+
+    def _record_stop(self, exc: BaseException) -> None:
+        """Leave the error that stops gate in gate_meta for 'gate status' (the next start removes it), while the
+        channel's lock is still held; a DC that cannot take it leaves it in the log alone. Servers that could
+        not be reached are the log's alone (a restart retries them)."""
+        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy)):
+            return  # not this run's channel, a deliberate stop, or a DC that may not answer now
+        exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
+        try:
+            record_stop(self._ctl, self.channel, StopRecord(type(exc).__name__, str(exc), exit_status))
+        except pymysql.err.MySQLError as failed:
+            log.warning("channel %s: the error that stops gate was not recorded in the DC (%s)", self.channel, failed)
 
     def _serve_metrics(self, settings: ChannelSettings) -> None:
         """Start the metrics and health endpoints if the command line or the channel's settings ask."""
@@ -302,7 +338,7 @@ class Pipeline:
                 return self.stats
             state = self._prepare(settings)
             if self._retainer is None:  # once the channel's lock is held: removal runs beside the capture
-                self._retainer = Retainer(self.dc, self.channel, self.metrics.retention)
+                self._retainer = Retainer(self.dc, self.channel, self.metrics.retention, self.fail)
                 self._retainer.start()
             try:
                 self._run_source(settings, state)
@@ -313,13 +349,8 @@ class Pipeline:
                 log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
                 self.metrics.begin(None)
                 state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
-                try:
-                    plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
-                    self.metrics.failovers += 1
-                except GateError:  # e.g. a divergence that stops gate: release the channel's lock with the run
-                    if self._ctl is not None:
-                        self._ctl.close()
-                    raise
+                plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
+                self.metrics.failovers += 1
 
     def _origin_server_id(self) -> int:
         """The source's server_id as recorded at the last start (fingerprints need it after its death)."""
@@ -329,16 +360,22 @@ class Pipeline:
         return int(row[0]) if row else 0
 
     def _record_source_server_id(self, source: ServerConfig) -> None:
+        """The source's server_id (for failover fingerprints) into gate_meta, its binlog expiry into the metrics."""
         try:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
                 cur.execute("SELECT @@server_id")
                 server_id = one_row(cur)[0]
                 self.metrics.binlog_expire = binlog_expire_seconds(cur)
-        except GateError:
+        except (GateError, pymysql.err.MySQLError) as exc:
+            raise_unless_transient(exc, "source", source, "reading its server_id and binlog expiry")
             return  # unreachable now: the reader will say so
-        with self._ctl_conn().cursor() as cur:
-            cur.execute(f"REPLACE INTO {q(self.channel)}.gate_meta (name, value) VALUES ('source_server_id', %s)",
-                        (str(server_id),))
+
+        def store(conn: pymysql.Connection) -> None:
+            with conn.cursor() as cur:
+                cur.execute(f"REPLACE INTO {q(self.channel)}.gate_meta (name, value) VALUES ('source_server_id', %s)",
+                            (str(server_id),))
+
+        self._on_dc(store, "the REPLACE of the source's server_id into gate_meta")
 
     def _run_source(self, settings: ChannelSettings, state: ResumeState) -> None:
         source = settings.source
@@ -365,15 +402,16 @@ class Pipeline:
                 items = without_held(items, Deduper(marker, self._ctl_conn(), self.channel), translator, settings)
             else:
                 try:
-                    reader.check_position()
-                except ConnectionFailed:
+                    with refusals("source", source, "SHOW BINARY LOGS (whether it still has the resume position)"):
+                        reader.check_position()
+                except (ConnectionFailed, pymysql.err.MySQLError):
                     if settings.standby is None:
                         raise  # else the reader retries, and the channel fails over if the source stays down
             not_started.pop_all()  # from here on _finish closes them
         sequencer = Sequencer(state.id, state.tid, source.address)
         checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,
-                                    marker_pending=marker is not None)
-        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds)
+                                    marker_pending=marker is not None, stuck=self._stuck)
+        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds, self.fail)
                    if settings.standby else None)
         log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d decoders, %d writers%s",
                  self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.decoders,
@@ -440,6 +478,7 @@ class Pipeline:
                     engine.filter, engine.rules = translator.filter, translator.rules
                 ordering.begin(item.xid)
                 engine.begin()
+                metrics.transaction_read()
             elif type(item) is Commit:
                 self.stats.transactions += 1
                 metrics.last_event_time = item.timestamp
@@ -464,6 +503,8 @@ class Pipeline:
                 checkpointer.committed(pool.acks())
             if checkpointer.due():
                 self._checkpoint(checkpointer)
+            if self._failure is not None:
+                raise self._failure
             if self._stopping.is_set():
                 break
             metrics.loop_at = now = time.monotonic()
@@ -475,12 +516,15 @@ class Pipeline:
         engine.abandon()
         ordering.drain()
 
-    def _on_dc(self, work: Callable[[pymysql.Connection], T]) -> T:
-        """Run ``work`` on the control connection, retried while the DC is unreachable (until a second stop)."""
+    def _on_dc(self, work: Callable[[pymysql.Connection], T], doing: str = "a statement of gate's control "
+               "connection") -> T:
+        """Run ``work`` on the control connection, retried while the DC is unreachable (until a second stop);
+        an error that is not transient stops gate, naming ``doing``."""
         while True:
             try:
                 return work(self._ctl_conn())
-            except (ConnectionFailed, pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            except (GateError, pymysql.err.MySQLError) as exc:
+                raise_unless_transient(exc, "DC", self.dc, doing, self.channel)
                 if self._abandon.is_set():
                     raise DrainAbandoned(f"stopped while the DC was unreachable ({exc})") from exc
                 log.warning("DC unreachable (%s); retrying", exc)
@@ -510,7 +554,9 @@ class Pipeline:
         before = checkpointer.state
         try:
             stored = checkpointer.write(self._ctl_conn())
-        except GateError as exc:  # DC unreachable while reconnecting
+        except (GateError, pymysql.err.MySQLError) as exc:  # the DC unreachable while reconnecting, or refusing
+            raise_unless_transient(exc, "DC", self.dc, "the checkpoint's UPDATE of transfer_checkpoint and "
+                                   "gate_resume (with the snapshot progress in gate_snapshot)", self.channel)
             log.warning("checkpoint not stored (%s); retrying", exc)
             stored = False
         self.metrics.dc_connected = stored
@@ -530,11 +576,12 @@ class Pipeline:
                     time.sleep(0.5)
                 cut_short = self._abandon.is_set()
             else:
-                self._checkpoint(checkpointer)
+                try:
+                    self._checkpoint(checkpointer)
+                except GateError as exc:  # the error that stops gate is already on its way
+                    log.warning("channel %s: last checkpoint not stored (%s)", self.channel, exc)
         finally:
             pool.close(graceful=drain and not cut_short)
-            if self._ctl is not None:
-                self._ctl.close()
         state = checkpointer.state
         if cut_short:
             raise DrainAbandoned(

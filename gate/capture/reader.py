@@ -35,7 +35,7 @@ from gate.common.config import ServerConfig
 from gate.common.connection import stream_connector
 from gate.common.dc import connect, describe_position, one_row
 from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
-from gate.common.retry import backoff, is_transient
+from gate.common.retry import backoff, is_transient, refusal
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def current_position(server: ServerConfig) -> Position:
     return Position(row[0], int(row[1]), gtid or None)
 
 
-def _fatal(server: ServerConfig, boundary: Position, exc: pymysql.err.OperationalError, channel: str) -> Exception:
+def _fatal(server: ServerConfig, boundary: Position, exc: pymysql.err.MySQLError, channel: str) -> Exception:
     """Errors that retrying cannot fix, as messages that say what to do."""
     code, text = exc.args[0], exc.args[1] if len(exc.args) > 1 else str(exc)
     if code == 1236:
@@ -149,12 +149,7 @@ def _fatal(server: ServerConfig, boundary: Position, exc: pymysql.err.Operationa
             f"Set a new start position with 'gate channel set-position {channel} --now' (the changes in "
             "between are lost to gate) or restore the missing binlogs."
         )
-    if code in (1045, 1227, 1044):
-        return ConnectionFailed(
-            f"The source {server.address} refused the replication connection for user '{server.user}': {text}. "
-            "Check the password and GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* to that user."
-        )
-    return StreamLost(f"The source {server.address} ended the binlog stream: [{code}] {text}")
+    return refusal(exc, "source", server, f"the binlog stream from {boundary.describe()}")
 
 
 class BinlogReader:
@@ -234,8 +229,8 @@ class BinlogReader:
                         yield item
                     if self._stopped:
                         break
-            except (StreamLost, pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as exc:
-                if isinstance(exc, pymysql.err.OperationalError) and not is_transient(exc):
+            except (StreamLost, ConnectionFailed, pymysql.err.MySQLError, OSError) as exc:
+                if isinstance(exc, pymysql.err.MySQLError) and not is_transient(exc):
                     raise _fatal(self.server, self.boundary, exc, self.channel) from None
                 if self.connected:
                     self.connected = False

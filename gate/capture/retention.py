@@ -28,6 +28,8 @@ import pymysql
 
 from gate.common.config import ChannelDefaults, ServerConfig
 from gate.common.dc import PURGED_KEY, connect, one_row, purged_through, q, read_settings
+from gate.common.errors import GateError
+from gate.common.retry import raise_unless_transient
 
 log = logging.getLogger(__name__)
 
@@ -175,10 +177,12 @@ class Retainer:
     ``retention_interval_seconds`` reads the consumers (stale ones are logged once as they turn stale) and,
     when the channel has a ``retain_days``, removes what :func:`plan` allows."""
 
-    def __init__(self, dc: ServerConfig, channel: str, figures: RetentionFigures) -> None:
+    def __init__(self, dc: ServerConfig, channel: str, figures: RetentionFigures,
+                 on_fatal: Callable[[GateError], None] = lambda exc: None) -> None:
         self.dc = dc
         self.channel = channel
         self.figures = figures
+        self.on_fatal = on_fatal  # told the error that stops gate; the thread ends
         self._stopping = threading.Event()
         self._conn: pymysql.Connection | None = None
         self._stale: set[str] = set()
@@ -198,11 +202,16 @@ class Retainer:
     def _run(self) -> None:
         interval = ChannelDefaults.retention_interval_seconds
         while not self._stopping.is_set():
-            interval = self.run_once() or interval
+            try:
+                interval = self.run_once() or interval
+            except GateError as exc:
+                self.on_fatal(exc)
+                return
             self._stopping.wait(interval)
 
     def run_once(self) -> float | None:
-        """One pass; returns the channel's interval (None when the pass failed before reading it)."""
+        """One pass; returns the channel's interval (None when the pass failed before reading it). An error
+        of the DC that is not transient (a privilege revoked, the channel dropped) is raised: gate stops."""
         try:
             if self._conn is None:
                 self._conn = connect(self.dc, "DC", self.channel)
@@ -215,12 +224,15 @@ class Retainer:
                          removed, self.figures.purged_through, found.pinned_by)
             self.figures.last_run = time.time()
             return defaults.retention_interval_seconds
-        except Exception as exc:  # noqa: BLE001 (any failure is counted and retried at the next pass)
+        except Exception as exc:  # noqa: BLE001 (any failure is counted; a transient one is retried at the next pass)
             self.figures.errors_total += 1
-            log.error("channel %s: retention pass failed (%s); retrying at the next pass", self.channel, exc)
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if isinstance(exc, (GateError, pymysql.err.MySQLError)):
+                raise_unless_transient(exc, "DC", self.dc, "retention's statements (the DELETE of old rows from "
+                                       "transfer_data, gate_meta's purged_through, the consumers)", self.channel)
+            log.error("channel %s: retention pass failed (%s); retrying at the next pass", self.channel, exc)
             return None
 
     def _report(self, found: Plan, defaults: ChannelDefaults) -> None:

@@ -40,7 +40,9 @@ from gate.capture.values import BinaryFormat, ImageRenderer, binlog_codec, text_
 from gate.common.columns import ColumnRule, chain, matching, rule_keys
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row
+from gate.common.errors import GateError
 from gate.common.process import start_child
+from gate.common.retry import error_code, is_transient, refusal
 
 LOCK_WAIT = 2  # seconds a chunk's SELECT waits for a metadata lock
 MAX_STALE = 200  # snapshots opened in a row that the stream had already passed before the chunk is given up
@@ -223,8 +225,8 @@ class Reader:
     def read(self, task: Task) -> Chunk:
         try:
             return self._read(task)
-        except pymysql.err.Error as exc:
-            code = exc.args[0] if exc.args else 0
+        except (pymysql.err.Error, GateError) as exc:
+            code = error_code(exc)
             self.close()
             if code == NO_SUCH_TABLE:
                 return Chunk("gone", f"{task.db}.{task.table} was dropped or renamed while it was snapshotted")
@@ -233,6 +235,9 @@ class Reader:
             if code == LOCK_WAIT_TIMEOUT:
                 return Chunk("retry", f"its metadata lock was not granted within {LOCK_WAIT} s (a DDL holds it or "
                                       "waits for it)")
+            if not is_transient(exc):  # e.g. SELECT revoked: the snapshot ends with the server's answer and the fix
+                return Chunk("refused", str(refusal(exc, "source", self.server,
+                                                    f"the snapshot's read of {task.db}.{task.table}")))
             return Chunk("retry", f"the source failed the chunk: {exc}")
 
     def _read(self, task: Task) -> Chunk:

@@ -26,9 +26,9 @@ import pymysql
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row, q
-from gate.common.errors import ConnectionFailed, DrainAbandoned, RowTooLarge, WriterFailed
+from gate.common.errors import DrainAbandoned, GateError, RowTooLarge, WriterFailed
 from gate.common.process import WorkerPool, start_child
-from gate.common.retry import backoff, is_transient
+from gate.common.retry import backoff, is_transient, refusal
 
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
           "VALUES ")
@@ -168,14 +168,26 @@ def _record_stuck(conn: pymysql.Connection, exc: RowTooLarge, since: str, messag
         pass
 
 
+def stuck_ids(cur: pymysql.cursors.Cursor, channel: str) -> list[int]:
+    """The row ids of the ``stuck_row:ID`` notes in the channel's gate_meta, ascending."""
+    cur.execute(f"SELECT name FROM {q(channel)}.gate_meta WHERE LEFT(name, %s) = %s", (len(STUCK_KEY), STUCK_KEY))
+    return sorted(int(name[len(STUCK_KEY):]) for (name,) in cur.fetchall())
+
+
+def forget_stuck(cur: pymysql.cursors.Cursor, channel: str, ids: list[int]) -> None:
+    """Remove the notes of rows ``ids``: the checkpoint has passed them, so they are written (a note is left
+    behind when gate is killed while a row waits, or when a later run writes the row at once)."""
+    cur.executemany(f"DELETE FROM {q(channel)}.gate_meta WHERE name = %s", [(f"{STUCK_KEY}{i}",) for i in ids])
+
+
 def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
     start_child("gate-writer")
     conn: pymysql.Connection | None = None
     max_packet = LARGEST_PACKET
     try:  # connect now, not when the first chunk is already waiting
         conn, max_packet = _dc_session(server, database)
-    except (pymysql.err.Error, ConnectionFailed, OSError):
-        conn = None  # the first chunk retries
+    except (pymysql.err.Error, GateError, OSError):
+        conn = None  # the first chunk tries again, and stops gate if the error stays
     while True:
         job = inbox.get()
         if job is None:
@@ -208,9 +220,10 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
                 conn.close()
                 conn = None  # only a new session sees a raised max_allowed_packet
                 time.sleep(STUCK_RETRY)
-            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionFailed, OSError) as exc:
+            except (pymysql.err.Error, GateError, OSError) as exc:
                 if not is_transient(exc):
-                    outbox.put(("failed", f"DC rejected {span}: {exc}"))
+                    outbox.put(("failed", refusal(exc, "DC", server, f"the INSERT of {span} into transfer_data",
+                                                  database)))
                     return
                 attempt += 1
                 conn = None
@@ -221,9 +234,6 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
                                 f"{server.address} for {now - failing_since:.0f} s: {exc}"))
                     report_at = now + REPORT_EVERY
                 time.sleep(backoff(attempt, base=0.05))
-            except pymysql.err.Error as exc:
-                outbox.put(("failed", f"DC rejected {span}: {exc}"))
-                return
         if stuck is not None:
             outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
                         f"server's max_allowed_packet is {max_packet} bytes"))
@@ -234,8 +244,8 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
 
 class WriterPool(WorkerPool):
     """Hands chunks to writer processes; ``acks`` returns the chunk numbers that are committed. The writers
-    report on their outbox: ("done", chunk, rows per optype, seconds it took), ("failed", message) or
-    ("log", level, message), logged here. ``close(graceful=False)`` kills them: their open DC
+    report on their outbox: ("done", chunk, rows per optype, seconds it took), ("failed", the error that
+    stops gate) or ("log", level, message), logged here. ``close(graceful=False)`` kills them: their open DC
     transactions roll back, and a restart removes whatever they committed above the checkpoint."""
 
     kind = "writer"
@@ -263,7 +273,7 @@ class WriterPool(WorkerPool):
         self.in_flight += 1
 
     def _take_reports(self, timeout: float) -> None:
-        """Collect committed chunks into ``_done`` and log the writers' lines; a failed chunk raises."""
+        """Collect committed chunks into ``_done`` and log the writers' lines; a failed chunk raises its error."""
         try:
             item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
             while True:
@@ -274,7 +284,7 @@ class WriterPool(WorkerPool):
                 elif item[0] == "log":
                     log.log(item[1], "%s", item[2])
                 else:
-                    raise WriterFailed(item[1])
+                    raise item[1]
                 item = self._outbox.get_nowait()
         except queue.Empty:
             pass

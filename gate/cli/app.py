@@ -22,7 +22,8 @@ import pymysql
 from gate.admin.preflight import Problem, describe_failure, describe_tls
 from gate.common.config import Config, ServerConfig, load_config
 from gate.common.dc import GATE_VERSION
-from gate.common.errors import GateError, NotConfirmed, PreflightFailed
+from gate.common.errors import GateError, NotConfirmed, PreflightFailed, ServerRefused
+from gate.common.retry import is_transient
 from gate.common.tls import MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -150,7 +151,7 @@ class GateGroup(click.Group):
             ctx.exit(exc.exit_code)
         except pymysql.MySQLError as exc:
             click.echo(f"error: a server refused the operation: {exc}", err=True)
-            ctx.exit(1)
+            ctx.exit(1 if is_transient(exc) else ServerRefused.exit_code)
 
 
 @click.group(cls=GateGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

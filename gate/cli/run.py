@@ -57,6 +57,19 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     there is work) and /readyz (503 unless connected to the source and the DC with the lag under
     ready_lag_seconds); see docs/operations/monitoring.md.
 
+    A server that cannot be reached, a lost connection, a lock wait or deadlock is retried. An error
+    that stays (a revoked privilege, a wrong password, an unknown database or table, a read-only DC, a
+    certificate that fails verification) stops gate with a message naming the server, its answer and
+    the fix; 'gate status' shows it.
+
+    
+    Exit status:
+      0  stopped by SIGTERM or Ctrl-C, checkpoint stored
+      1  restart me: a server unreachable at start, an error a new run may not meet, a second signal
+      2  a malformed config, channel name or value, a metrics port taken: fix it, do not restart
+      3  a server refused gate (privilege, login, database, table, read-only, TLS certificate): an
+         operator must act
+
     Example:
 
     \b
@@ -89,7 +102,8 @@ def status(app: App, channel: str, sample: float) -> None:
     the registered consumers that are stale. Then any row the writers cannot write because it is
     larger than the DC server's max_allowed_packet: its id, size and the setting to raise. Last, the
     requested and running snapshots, each with its rows written so far against the source's estimate
-    (see 'gate snapshot').
+    (see 'gate snapshot'). Last, the error that stopped the last 'gate run', if one did (stopped_by; the
+    next run removes it): e.g. a privilege the DC or the source refused, with the GRANT that fixes it.
 
     Example:
 
@@ -101,10 +115,10 @@ def status(app: App, channel: str, sample: float) -> None:
     if not 0 <= sample <= MAX_SAMPLE:
         raise InvalidValue(f"--sample must be a number of seconds from 0 (no sample) to {MAX_SAMPLE}, not {sample}.")
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck, stale, pending = (result["switches"], result["stuck_rows"], result["stale_consumers"],
-                                       result["snapshots"])
+    switches, stuck, stale, pending, stop = (result["switches"], result["stuck_rows"], result["stale_consumers"],
+                                             result["snapshots"], result["stopped_by"])
     text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
-                  "snapshots": len(pending)})
+                  "snapshots": len(pending), "stopped_by": stop and stop["error"]})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     if stale:
@@ -112,6 +126,8 @@ def status(app: App, channel: str, sample: float) -> None:
         text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
+    if stop:
+        text += f"\n\nThe last run stopped at {stop['at']} UTC with exit status {stop['exit_status']}: {stop['message']}"
     if pending:
         text += "\n\nsnapshots:\n" + status_table(pending)
     app.emit(result, text)

@@ -14,8 +14,8 @@ from typing import Any
 import pymysql
 
 from gate.common.config import ServerConfig
-from gate.common.errors import ConnectionFailed, TlsFailed
-from gate.common.retry import UNREACHABLE, error_code
+from gate.common.errors import ConnectionFailed, ServerRefused, TlsFailed
+from gate.common.retry import UNREACHABLE, error_code, is_transient, refusal
 from gate.common.tls import RecordingContext, describe_peer, peer_names
 
 _CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: TLS required and the server offers none
@@ -69,18 +69,21 @@ def connect(server: ServerConfig, role: str, database: str | None = None, **kwar
             elif server.tls.mode != "preferred" and not server.tls.cert:
                 hint = (" If the account was created REQUIRE X509 it also needs a client certificate and key in "
                         "gate's TLS settings of this server.")
-            raise ConnectionFailed(
+            raise ServerRefused(
                 f"The {role} server {server.address} refused user '{server.user}': wrong password or no such "
                 f"user from this host. Check the {role} credentials (password via an ${{ENV}} reference)."
                 + hint
             ) from None
         if code == 1049:
-            raise ConnectionFailed(f"The {role} server {server.address} has no database '{database}'.") from None
+            raise ServerRefused(f"The {role} server {server.address} has no database '{database}': was the channel "
+                                "dropped? 'gate channel list' shows the channels there.") from None
         if code in UNREACHABLE:
             raise ConnectionFailed(
                 f"Cannot reach the {role} server at {server.address} ({exc.args[1] if len(exc.args) > 1 else exc}). "
                 f"Check that it is running and that host and port are right."
             ) from None
+        if not is_transient(exc):
+            raise refusal(exc, role, server, "the connection", database) from None
         raise ConnectionFailed(f"The {role} server {server.address} rejected the connection: {exc}") from None
 
 

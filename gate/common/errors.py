@@ -29,7 +29,10 @@ class InvalidValue(GateError):
 
 class TlsFailed(GateError):
     """A TLS connection could not be made as its settings ask (certificate not verified, no TLS offered,
-    unusable or unprotected certificate files); retrying cannot help."""
+    unusable or unprotected certificate files); retrying cannot help, so, like :class:`ServerRefused`, its
+    exit status tells systemd not to restart gate."""
+
+    exit_code = 3
 
 
 class NotConfirmed(GateError):
@@ -37,7 +40,14 @@ class NotConfirmed(GateError):
 
 
 class ConnectionFailed(GateError):
-    """A server could not be reached or refused the credentials."""
+    """A server could not be reached, or turned the connection away for now (too many connections)."""
+
+
+class ServerRefused(GateError):
+    """A server refused what gate asked in a way retrying cannot fix (a login, a privilege, a missing database
+    or table, a read-only DC): an operator must act, so the exit status tells systemd not to restart gate."""
+
+    exit_code = 3
 
 
 class ChannelExists(GateError):

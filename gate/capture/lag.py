@@ -1,4 +1,8 @@
-"""How far a channel is behind its source, in seconds, truthful while the source is idle."""
+"""How far a channel is behind its source, in seconds, truthful while the source is idle: one definition
+(:func:`lag_seconds`) for ``gate status``, ``gate channel list`` and the running gate's
+``gate_replication_lag_seconds``. They differ only in how they know that gate stands at the source's end:
+status and list compare the resume position with the source's binlog end, a running gate has the source's
+heartbeats."""
 
 from __future__ import annotations
 
@@ -13,6 +17,17 @@ from gate.common.errors import GateError
 # What a binlog holds around a rotation (FLUSH BINARY LOGS, a restart, max_binlog_size): no transaction.
 BOOKKEEPING_EVENTS = {"Rotate", "Stop", "Format_desc", "Gtid_list", "Binlog_checkpoint", "Start_encryption"}
 BOOKKEEPING_MAX = 8  # more events than that after a position are not a rotation's alone
+
+
+def lag_seconds(at_end: bool, now: float, event_time: float | None, reached_end_at: float = 0.0) -> float | None:
+    """0 when everything the source has binlogged is read and checkpointed (``at_end``); else ``now`` (the
+    source's clock, or this host's) minus the later of the source time of the last checkpointed transaction
+    and the time gate last stood at the source's end (``reached_end_at``, known to a running gate only), in
+    milliseconds' precision; None when neither is known."""
+    if at_end:
+        return 0.0
+    since = max(float(event_time or 0), reached_end_at)
+    return round(max(0.0, now - since), 3) if since else None
 
 
 def only_bookkeeping_after(cur: pymysql.cursors.Cursor, log_file: str, log_pos: int) -> bool:
@@ -55,8 +70,4 @@ def source_lag(source: ServerConfig, state: ResumeState) -> tuple[str | None, fl
                 and only_bookkeeping_after(scur, state.log_file, state.log_pos))
     except GateError:
         source_pos, source_now = None, time.time()
-    if at_end:
-        return source_pos, 0.0
-    if state.event_time:
-        return source_pos, round(max(0.0, source_now - state.event_time), 3)
-    return source_pos, None
+    return source_pos, lag_seconds(at_end, source_now, state.event_time)
