@@ -26,11 +26,11 @@ def server_config(server: MariaDBServer) -> ServerConfig:
     return server.config()
 
 
-def config_yaml(dc: MariaDBServer) -> str:
-    """A config.yaml whose DC is ``dc``, with its TLS settings."""
+def config_yaml(dc: MariaDBServer, user: str = "root", password: str = "") -> str:
+    """A config.yaml whose DC is ``dc`` as ``user``, with its TLS settings."""
     tls = dc.tls
     lines = "".join(f"    {key}: {value}\n" for key, value in tls.as_row().items() if value)
-    return f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: root\n  password: ''\n  tls:\n{lines}"
+    return f"dc:\n  host: 127.0.0.1\n  port: {dc.port}\n  user: {user}\n  password: '{password}'\n  tls:\n{lines}"
 
 
 def make_channel(dc: MariaDBServer, source: MariaDBServer, name: str, **settings: Any) -> ServerConfig:
@@ -86,7 +86,7 @@ def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str, user: str = "roo
                password: str = "") -> subprocess.Popen[bytes]:
     """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``, as the DC's ``user``."""
     config = tmp_path / "config.yaml"
-    config.write_text(config_yaml(dc))
+    config.write_text(config_yaml(dc, user, password))
     log = open(tmp_path / f"{channel}.log", "ab")
     gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
     STARTED.append(gate)
