@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
 import threading
@@ -82,13 +83,15 @@ GATE = str(Path(sys.executable).with_name("gate"))
 STARTED: list[subprocess.Popen[bytes]] = []  # killed after each test by conftest's autouse fixture
 
 
-def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str, user: str = "root",
-               password: str = "") -> subprocess.Popen[bytes]:
-    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``, as the DC's ``user``."""
+def start_gate(tmp_path: Path, dc: MariaDBServer, channel: str, user: str = "root", password: str = "",
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``gate run CHANNEL --no-check`` as a process, logging to ``tmp_path/CHANNEL.log``, as the DC's ``user``;
+    ``env``: more environment variables (its children inherit them)."""
     config = tmp_path / "config.yaml"
     config.write_text(config_yaml(dc, user, password))
     log = open(tmp_path / f"{channel}.log", "ab")
-    gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
+    gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log,
+                            env={**os.environ, **env} if env else None)
     STARTED.append(gate)
     return gate
 

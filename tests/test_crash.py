@@ -6,6 +6,7 @@ and no row at or below the checkpoint is ever missing.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -132,18 +133,30 @@ def test_kill_9_at_random_moments_gives_the_uninterrupted_result(
     assert partial_kills >= 1, "no kill landed while rows above the checkpoint were in flight"
 
 
+def _descendants(tag: str) -> list[tuple[int, str]]:
+    """The live processes whose environment holds GATE_TEST_TAG=``tag``: the gates started with it and every
+    child they spawned, whoever adopted it since (other test runs on the machine are not counted)."""
+    found = []
+    for proc in psutil.process_iter(["name", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("GATE_TEST_TAG") == tag:
+                found.append((proc.pid, proc.info["name"]))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 def test_no_writer_or_decoder_outlives_a_gate_killed_while_starting(sandbox: Sandbox, unique_name: str,
                                                                      tmp_path: Path) -> None:
     """A child still starting when gate is killed arms PR_SET_PDEATHSIG too late: it must notice and leave."""
     make_channel(sandbox.dc, sandbox.source, unique_name)
-    started = time.time() - 1
+    tag = f"{unique_name}-{os.getpid()}"
     for delay in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7):
-        gate = start_gate(tmp_path, sandbox.dc, unique_name)
+        gate = start_gate(tmp_path, sandbox.dc, unique_name, env={"GATE_TEST_TAG": tag})
         time.sleep(delay)
         gate.send_signal(signal.SIGKILL)
         gate.wait()
-    time.sleep(3.0)  # a child that outlived its gate has finished starting by now
-    left = [(p.pid, p.info["name"]) for p in psutil.process_iter(["name", "create_time", "status"])
-            if p.info["name"] in ("gate-writer", "gate-decoder") and p.info["create_time"] >= started
-            and p.info["status"] != psutil.STATUS_ZOMBIE]
+    deadline = time.monotonic() + 30  # a child that outlived its gate stays: wait for all to leave, or for this
+    while (left := _descendants(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert left == []
