@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 _names = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local Spark per test module that asks for it (Spark is imported only then)."""
+    """One local Spark for the session, started by the first test that asks for it (Spark is imported only
+    then). Shuffles of the tests' small data use 2 partitions (Spark's 200 cost seconds per streaming batch)."""
     from spark_readers.session import spark_session
 
     session = spark_session("local[2]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()
 

@@ -46,6 +46,9 @@ def make_channel(dc: MariaDBServer, source: MariaDBServer, name: str, **settings
     return dc_config
 
 
+_THREADS: dict[int, threading.Thread] = {}  # the thread of each pipeline in a running() block, by id()
+
+
 @contextmanager
 def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
     """The pipeline in a thread for the duration of the block; errors of the run are raised at exit."""
@@ -60,6 +63,7 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
+    _THREADS[id(pipeline)] = thread
     try:
         yield pipeline
     except BaseException as exc:  # e.g. a wait that timed out because the pipeline had stopped with an error
@@ -67,6 +71,7 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
             exc.add_note(f"the pipeline had stopped with: {errors[0]!r}")
         raise
     finally:
+        del _THREADS[id(pipeline)]
         pipeline.stop()
         thread.join(timeout=60)
         if thread.is_alive():  # its writers and decoders ignore SIGTERM: they would hold up pytest's exit
@@ -75,6 +80,14 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
             raise AssertionError(f"the pipeline of {channel} did not stop within 60 s of stop()")
     if errors:
         raise errors[0]
+
+
+def wait_stopped(pipeline: Pipeline, timeout: float) -> None:
+    """Until the run of ``pipeline`` (in a running() block) has ended by itself, e.g. with an error that the
+    block raises at its end."""
+    thread = _THREADS[id(pipeline)]
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the pipeline still runs after {timeout} s"
 
 
 GATE = str(Path(sys.executable).with_name("gate"))
@@ -252,4 +265,4 @@ def fresh_target(server: MariaDBServer, db: str) -> pymysql.Connection:
 
 
 __all__ = ["make_channel", "running", "start_gate", "wait_running", "wait_row", "wait_sampled", "wait_caught_up",
-           "dc_rows", "replay", "table_contents", "fresh_target", "server_config", "connect"]
+           "wait_stopped", "dc_rows", "replay", "table_contents", "fresh_target", "server_config", "connect"]

@@ -41,6 +41,7 @@ from tests.replay import (
     wait_row,
     wait_running,
     wait_sampled,
+    wait_stopped,
 )
 
 FAST = ChannelDefaults(batch_rows=50, writers=2, standby_sample_seconds=0.3, failover_after_seconds=2.0,
@@ -141,7 +142,7 @@ def _lose_five(box: Sandbox, channel: str, mode: str,
         cur.execute("CREATE DATABASE d")
         cur.execute("CREATE TABLE d.t (id INT PRIMARY KEY)")
         box.wait_standby_caught_up()
-        with pytest.raises(FailoverError) as err, running(dc, channel):
+        with pytest.raises(FailoverError) as err, running(dc, channel) as pipeline:
             wait_sampled(box.dc, channel)
             for n in range(20):
                 cur.execute(f"INSERT INTO d.t VALUES ({n})")
@@ -153,7 +154,7 @@ def _lose_five(box: Sandbox, channel: str, mode: str,
             wait_caught_up(box.source, box.dc, channel)
             before_kill()
             box.source.kill()
-            time.sleep(FAST.failover_after_seconds + 5)
+            wait_stopped(pipeline, timeout=FAST.failover_after_seconds + 60)  # retries, then stops at the divergence
     return dc, err.value
 
 
