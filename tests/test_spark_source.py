@@ -450,13 +450,16 @@ def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, uniqu
 
 @pytest.fixture(scope="session")
 def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A Python with only pyarrow (the version this venv has, from pip's cache): no gate, no pyspark."""
+    """A Python with only pyarrow (this venv's, linked in: no pip run): no gate, no pyspark."""
     venv = tmp_path_factory.mktemp("bare-python")
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True,
+                   capture_output=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", f"pyarrow=={pyarrow.__version__}"], check=True,
-                   capture_output=True, timeout=300)
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                               capture_output=True, text=True).stdout.strip())
+    installed = Path(pyarrow.__file__).parent
+    for package in (installed, *installed.parent.glob(f"pyarrow-{pyarrow.__version__}.dist-info")):
+        (site / package.name).symlink_to(package)
     return python
 
 
