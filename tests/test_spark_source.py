@@ -431,7 +431,7 @@ def test_a_streaming_query_killed_9_writes_every_id_once(sandbox: Sandbox, uniqu
                                   str(checkpoint)], cwd=ROOT, env=env, start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 240  # a JVM and a first batch: minutes on a loaded machine
             while not (checkpoint / "commits").is_dir() or not any((checkpoint / "commits").iterdir()):
                 assert child.poll() is None and time.monotonic() < deadline, "the query did not start"
                 time.sleep(0.1)
