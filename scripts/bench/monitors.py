@@ -60,7 +60,7 @@ def _role(proc: psutil.Process, main_pid: int) -> str:
         name, cmd = proc.name(), " ".join(proc.cmdline())
     except psutil.Error:
         return "other"
-    if name in ("gate-writer", "gate-decoder", "gate-snapshot"):  # gate.common.process.name_process
+    if name in ("gate-writer", "gate-decoder", "gate-snapshot", "gate-forkserver"):  # gate.common.process.name_process
         return name[5:]
     if "resource_tracker" in cmd:
         return "resource_tracker"
