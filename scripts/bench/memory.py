@@ -149,7 +149,10 @@ def run_memory(box: Sandbox, workdir: Path, defaults: ChannelDefaults, rate: int
         sampler.start()
         poller.start()
         wait_streaming(box, gate, log)
-        time.sleep(2.0)  # start-up done: its children have imported what they import
+        deadline = time.time() + 30  # start-up done: every child runs (and has named itself)
+        while any(p[1] == "other" for p in sampler.once()) and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
         sampler.phase = "idle"
         time.sleep(idle_seconds)
         sampler.phase = "moderate"
