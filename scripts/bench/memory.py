@@ -1,7 +1,7 @@
 """Memory per channel: RSS and PSS of ``gate run``'s whole process tree, idle, at a moderate rate, saturated.
 
     .venv/bin/python scripts/bench/benchmark.py --only memory         # in the benchmark's run
-    .venv/bin/python scripts/bench/memory.py [--rate 600] [--seconds 20] [--burst-rows 100000]
+    .venv/bin/python scripts/bench/memory.py [--rate 600] [--seconds 20] [--burst-rows 100000] [--writers N]
 
 One channel runs as users run it (``gate --config FILE run CHANNEL``, the console script, so its children
 start as they do in production) on a table of its own, through four phases: idle (streaming, nothing
@@ -214,14 +214,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the moderate phase")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="length of each idle phase")
     parser.add_argument("--burst-rows", type=int, default=100_000, help="rows of the saturated phase")
+    parser.add_argument("--writers", type=int, default=ChannelDefaults.writers, help="channel setting 'writers'")
+    parser.add_argument("--decoders", type=int, default=ChannelDefaults.decoders, help="channel setting 'decoders'")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="gate-memory-"))
     box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True)
     try:
         box.up()
-        figures = run_memory(box, workdir, ChannelDefaults(), args.rate, args.seconds, args.idle_seconds,
-                             args.burst_rows)
+        figures = run_memory(box, workdir, ChannelDefaults(writers=args.writers, decoders=args.decoders), args.rate,
+                             args.seconds, args.idle_seconds, args.burst_rows)
     finally:
         box.down()
     print(memory_report(figures))

@@ -105,8 +105,8 @@ class TreeMonitor(threading.Thread):
             role = self._roles.get(proc.pid)
             if role is None:
                 role = _role(proc, self.pid)
-                if role != "other":  # a child names itself only once it runs: ask again until it has
-                    self._roles[proc.pid] = role
+                if role not in ("other", "forkserver"):  # a child names itself once it runs (until then it
+                    self._roles[proc.pid] = role            # has the forkserver's name): ask again until it has
             tree += rss
             if proc.pid == self.pid:
                 self.sample.peak_main_rss = max(self.sample.peak_main_rss, rss)
