@@ -4,9 +4,8 @@ that they die with gate, and the pool base writers and decoders share.
 Children start from a forkserver (multiprocessing's): a process that gate starts once, which imports the
 children's modules (its preload, :mod:`gate.capture.children`) and forks each child from there, so that
 every child shares those pages with the others instead of importing its own copy. A child does not run
-gate's main script again either (see :class:`ChildProcess`). The forkserver leaves when gate's process
-is gone, and each child dies with the forkserver or, if it is too late for that, leaves at once
-(:func:`start_child`): no child outlives a killed gate.
+gate's main script again either (see :class:`ChildProcess`). Each child ends when gate's process is
+gone, and so does the forkserver (:func:`start_child`): no child outlives a killed gate.
 """
 
 from __future__ import annotations
@@ -14,12 +13,14 @@ from __future__ import annotations
 import ctypes
 import gc
 import multiprocessing as mp
+import multiprocessing.connection
 import multiprocessing.context
 import multiprocessing.forkserver
 import os
 import queue
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -60,10 +61,13 @@ def forkserver_ready() -> None:
 
 
 def start_child(name: str) -> None:
-    """What every child process does first: die with the forkserver (PR_SET_PDEATHSIG), which dies with
-    gate, as soon as gate is gone; leave at once if gate (the process that asked for this child) or
-    the forkserver already is; show ``name`` in ps; leave SIGINT and SIGTERM to gate's main process,
-    which decides when children stop."""
+    """What every child process does first: die with gate, show ``name`` in ps, and leave SIGINT and
+    SIGTERM to gate's main process, which decides when children stop.
+
+    gate is not the child's parent (the forkserver is), so the kernel's PR_SET_PDEATHSIG cannot tie
+    the child to gate directly: a thread of the child waits for gate's end of the pipe it was started
+    through and ends the process when gate is gone, and PR_SET_PDEATHSIG ties it to the forkserver,
+    which leaves when gate is gone. A child whose gate or forkserver is already gone leaves at once."""
     forkserver = os.getppid()
     _arm_parent_death()
     # multiprocessing hands each child the forkserver's "gate is alive" pipe; the forkserver leaves
@@ -74,9 +78,16 @@ def start_child(name: str) -> None:
     gate = mp.parent_process()
     if os.getppid() != forkserver or gate is None or not gate.is_alive():
         os._exit(1)
+    threading.Thread(target=_leave_with, args=(gate.sentinel,), name="gate-watch", daemon=True).start()
     name_process(name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _leave_with(sentinel: int) -> None:
+    """End this process as soon as ``sentinel`` (gate's end of a pipe) shows that gate is gone."""
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
 
 
 def start_forkserver(preload: Sequence[str]) -> None:
