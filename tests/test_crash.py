@@ -148,7 +148,8 @@ def _descendants(tag: str) -> list[tuple[int, str]]:
 
 def test_no_writer_or_decoder_outlives_a_gate_killed_while_starting(sandbox: Sandbox, unique_name: str,
                                                                      tmp_path: Path) -> None:
-    """A child still starting when gate is killed arms PR_SET_PDEATHSIG too late: it must notice and leave."""
+    """A child still starting when gate is killed arms PR_SET_PDEATHSIG too late: it must notice and leave; the
+    forkserver the children come from leaves with gate too."""
     make_channel(sandbox.dc, sandbox.source, unique_name)
     tag = f"{unique_name}-{os.getpid()}"
     for delay in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7):

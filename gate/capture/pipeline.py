@@ -66,6 +66,7 @@ from gate.common.dc import (
     write_resume,
 )
 from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError, ServerRefused
+from gate.common.process import start_forkserver
 from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
 
 log = logging.getLogger(__name__)
@@ -281,6 +282,7 @@ class Pipeline:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+        start_forkserver(["gate.capture.children"])  # it loads the children's modules while gate starts up
         try:
             with refusals("DC", self.dc, "a statement of gate's control connection", self.channel):
                 return self._run()

@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymysql
 
@@ -61,7 +61,9 @@ from gate.common.config import check_identifier
 from gate.common.dc import describe_retention, purged_through, require_at_most_checkpoint
 from gate.common.errors import CursorExpiredError, InvalidValue, SchemaVersionError
 from gate.common.retry import UNREACHABLE, error_code
-from gate.consume.link import DCServer, open_link
+
+if TYPE_CHECKING:
+    from gate.consume.link import DCServer
 
 DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
 SNAPSHOT_OPTYPES = frozenset({"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"})
@@ -188,6 +190,8 @@ class Consumer:
         if self.optypes:
             self._where += f" AND optype IN ({', '.join(['%s'] * len(self.optypes))})"
             self._args.extend(sorted(self.optypes))
+        from gate.consume.link import open_link  # SQLAlchemy (10 MiB) loads here, not with the gate command
+
         self._link = open_link(dc, self.channel)
         try:
             self._committed = self._stored_cursor()

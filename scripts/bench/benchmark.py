@@ -486,7 +486,7 @@ def main() -> int:
     parser.add_argument("--big-rows", type=int, help="workload (c) rows in one transaction (default 1000000; quick 100000)")
     parser.add_argument("--lag-seconds", type=float, help="duration of the steady load (default 20; quick 10)")
     parser.add_argument("--lag-rate", type=int, default=5000, help="rows/s of the steady load (default 5000)")
-    parser.add_argument("--only", default="a,b,c,lag", help="comma-separated subset of a,b,c,lag")
+    parser.add_argument("--only", default="a,b,c,lag,memory", help="comma-separated subset of a,b,c,lag,memory")
     parser.add_argument("--repeat", type=int, default=1, help="runs of baseline and gate per workload (median)")
     parser.add_argument("--writers", type=int, help="channel setting 'writers' (default: gate's default)")
     parser.add_argument("--decoders", type=int, help="channel setting 'decoders' (default: gate's default)")
@@ -544,6 +544,11 @@ def main() -> int:
                 results["lag"] = lag
                 print(f"[lag] {lag['rows']} rows at {lag['source_rows_per_s']:,.0f} rows/s: p50 {lag['lag_p50_s']:.3f} s, "
                       f"p99 {lag['lag_p99_s']:.3f} s, max {lag['lag_max_s']:.3f} s", flush=True)
+            if "memory" in only:  # scripts/bench/memory.py: one channel idle, at 600 rows/s, saturated
+                from memory import run_memory
+
+                results["memory"] = run_memory(box, workdir, defaults, **({"seconds": 10, "idle_seconds": 5,
+                                                                            "burst_rows": 30_000} if quick else {}))
         finally:
             box.down()
         if args.tls:
@@ -562,6 +567,10 @@ def main() -> int:
     print(report(results))
     if results.get("tls_workloads"):
         print("\n" + tls_report(results))
+    if results.get("memory"):
+        from memory import memory_report
+
+        print("\n" + memory_report(results["memory"]))
     print(f"\n(total {results['meta']['seconds']:.0f} s; 1-minute load average at start "
           f"{results['meta']['loadavg_start'][0]:.2f}, at end {results['meta']['loadavg_end'][0]:.2f})")
     if args.json:

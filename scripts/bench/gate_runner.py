@@ -11,8 +11,9 @@ called: the benchmark measures gate's rows/s from that moment.
 
 ``--profile-dir DIR`` runs the main process under cProfile (``DIR/main.prof``) and each writer and
 decoder process too (``DIR/writer-PID.prof``, ``DIR/decoder-PID.prof``), without touching gate's
-code: the process targets are wrapped here, and spawned children find the wrappers because spawn
-re-imports this script as their ``__main__``.
+code: the process targets are wrapped here, under this module's own name (``gate_runner``, beside the
+script on sys.path), which the children import to find the wrappers: gate's children do not import
+the main script (see gate.common.process).
 """
 
 from __future__ import annotations
@@ -88,11 +89,13 @@ def main() -> int:
     from gate.capture.pipeline import Pipeline
 
     if args.profile_dir:
+        import gate_runner  # this file as a module of its name, which a child can import
+
         Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
         os.environ[_PROFILE_ENV] = str(Path(args.profile_dir).resolve())  # inherited by the children
-        gate.capture.writer._writer_main = _profiled_writer_main  # type: ignore[assignment]
-        gate.capture.decoder._decoder_main = _profiled_decoder_main  # type: ignore[assignment]
-        gate.capture.snapshot.reader_main = _profiled_reader_main  # type: ignore[assignment]
+        gate.capture.writer._writer_main = gate_runner._profiled_writer_main  # type: ignore[assignment]
+        gate.capture.decoder._decoder_main = gate_runner._profiled_decoder_main  # type: ignore[assignment]
+        gate.capture.snapshot.reader_main = gate_runner._profiled_reader_main  # type: ignore[assignment]
 
     tls = TlsSettings("verify-identity", args.dc_tls_ca) if args.dc_tls_ca else TlsSettings("disabled")
     dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""), tls)

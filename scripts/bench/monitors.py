@@ -60,7 +60,7 @@ def _role(proc: psutil.Process, main_pid: int) -> str:
         name, cmd = proc.name(), " ".join(proc.cmdline())
     except psutil.Error:
         return "other"
-    if name in ("gate-writer", "gate-decoder", "gate-snapshot"):  # gate.common.process.name_process
+    if name in ("gate-writer", "gate-decoder", "gate-snapshot", "gate-forkserver"):  # gate.common.process.name_process
         return name[5:]
     if "resource_tracker" in cmd:
         return "resource_tracker"
@@ -105,8 +105,8 @@ class TreeMonitor(threading.Thread):
             role = self._roles.get(proc.pid)
             if role is None:
                 role = _role(proc, self.pid)
-                if role != "other":  # a child names itself only once it runs: ask again until it has
-                    self._roles[proc.pid] = role
+                if role not in ("other", "forkserver"):  # a child names itself once it runs (until then it
+                    self._roles[proc.pid] = role            # has the forkserver's name): ask again until it has
             tree += rss
             if proc.pid == self.pid:
                 self.sample.peak_main_rss = max(self.sample.peak_main_rss, rss)

@@ -96,12 +96,12 @@ LAG_DDL = ("CREATE TABLE bench_lag.t (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY 
            "note VARCHAR(100)) ENGINE=InnoDB")
 
 
-def lag_load(port: int, seconds: float, txn_per_s: int, rows_per_txn: int, out: str) -> None:
-    """Paced load in its own process: ``txn_per_s`` transactions of ``rows_per_txn`` rows each second.
-    Writes [(txn, commit wall time)] as JSON to ``out``."""
+def lag_load(port: int, seconds: float, txn_per_s: int, rows_per_txn: int, out: str, db: str = "bench_lag") -> None:
+    """Paced load in its own process: ``txn_per_s`` transactions of ``rows_per_txn`` rows each second into
+    ``db``.t (a table of LAG_DDL). Writes [(txn, commit wall time)] as JSON to ``out``."""
     conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="", autocommit=True, charset="utf8mb4")
-    sql = ("INSERT INTO bench_lag.t (txn, seq, name, amount, created, note) SELECT %s, seq, CONCAT('lag ', seq), "
-           f"seq * 1.5, NOW(3), REPEAT('n', 40) FROM bench_lag.seq_1_to_{rows_per_txn}")
+    sql = (f"INSERT INTO {db}.t (txn, seq, name, amount, created, note) SELECT %s, seq, CONCAT('lag ', seq), "
+           f"seq * 1.5, NOW(3), REPEAT('n', 40) FROM {db}.seq_1_to_{rows_per_txn}")
     commits: list[tuple[int, float]] = []
     interval = 1.0 / txn_per_s
     total = int(seconds * txn_per_s)
