@@ -64,6 +64,15 @@ def timed(dc: MariaDBServer, work: Callable[[], Any]) -> tuple[float, float]:
     return time.perf_counter() - t0, mariadbd_cpu(dc) - cpu0
 
 
+STATUS = ("Innodb_os_log_written", "Innodb_data_written", "Innodb_data_fsyncs", "Com_commit", "Com_insert",
+          "Handler_write", "Bytes_received")  # the DC server's global counters, per row in the profile
+
+
+def status(cur: pymysql.cursors.Cursor) -> dict[str, int]:
+    cur.execute("SHOW GLOBAL STATUS WHERE variable_name IN (" + ", ".join(["%s"] * len(STATUS)) + ")", STATUS)
+    return {name: int(value) for name, value in cur.fetchall()}
+
+
 def summary(rows: int, runs: list[tuple[float, float]]) -> dict[str, Any]:
     """Median rows/s and DC CPU µs per row of ``runs`` (wall s, DC CPU s) over ``rows`` rows."""
     seconds = statistics.median(s for s, _ in runs)
@@ -110,19 +119,37 @@ def ceiling_figures(rows_per_s: float, ceilings: list[dict[str, Any]]) -> dict[s
             "ceiling_dc_cpu_us_per_row": statistics.median(c["dc_cpu_us_per_row"] for c in ceilings)}
 
 
+def cpu_bound(per_row: dict[str, float], cores: int) -> float:
+    """The rows/s all ``cores`` could give if gate's processes and both servers used every core and nothing
+    else ran: cores over the CPU µs per row of all of them (``per_row``: a run's ``cpu_us_per_row``)."""
+    return cores * 1e6 / max(sum(per_row.values()), 1e-9)
+
+
 def ceiling_lines(results: dict[str, Any]) -> list[str]:
-    """The report's lines: per workload gate's rows/s, the ceiling, their ratio and its target."""
+    """The report's lines: per workload gate's rows/s, the ceiling, their ratio and its target, and the CPU
+    bound (what stands in the way when the target is missed)."""
+    cores = results["meta"].get("cpus") or 1
     lines = ["", "DC ingest ceiling (one LOAD DATA INFILE of exactly the rows gate wrote, into an empty copy of "
              "transfer_data on the same DC server, after each gate run): gate r/s / ceiling r/s = ratio (target); "
-             "DC server CPU µs per row, gate's run / the LOAD DATA"]
+             f"DC server CPU µs per row, gate's run / the LOAD DATA; CPU bound: {cores} cores / (gate + servers) µs "
+             "per row = the most rows/s this machine could give gate, as a ratio of the ceiling "
+             "(steady: gate's CPU after 10% of the rows)"]
     for key in ("a", "b", "c"):
         r = results["workloads"].get(key)
         if r is None or "ceiling_rows_per_s" not in r:
             continue
         ok = r["ceiling_ratio"] >= TARGETS[key]
+        per_row = r["gate"]["cpu_us_per_row"]
+        bound = cpu_bound(per_row, cores)
+        servers = {k: v for k, v in per_row.items() if k.startswith("mariadbd_")}
+        steady = r["gate"].get("steady_cpu_us_per_row")
+        steady_bound = (f" (steady: {cpu_bound({**steady, **servers}, cores) / r['ceiling_rows_per_s']:.2f})"
+                        if steady else "")
         lines.append(f"  {key}: {r['gate']['rows_per_s']:,.0f} / {r['ceiling_rows_per_s']:,} = {r['ceiling_ratio']:.2f} "
                      f"(>= {TARGETS[key]} {'PASS' if ok else 'FAIL'}); DC CPU µs/row "
-                     f"{r['gate']['cpu_us_per_row'].get('mariadbd_dc', 0):.1f} / {r['ceiling_dc_cpu_us_per_row']:.1f}")
+                     f"{per_row.get('mariadbd_dc', 0):.1f} / {r['ceiling_dc_cpu_us_per_row']:.1f}; CPU bound "
+                     f"{cores} / {sum(per_row.values()):.1f} µs = {bound:,.0f} r/s = "
+                     f"{bound / r['ceiling_rows_per_s']:.2f} of the ceiling{steady_bound}")
     return lines
 
 
@@ -193,6 +220,12 @@ def by_load_local(dc: MariaDBServer, table: str, rows: list[DCRow], batch: int, 
             path.unlink()
 
 
+def by_load_infile(dc: MariaDBServer, table: str, path: Path) -> None:
+    """One LOAD DATA INFILE of a file on the DC server's machine: the ceiling's statement."""
+    with _session(dc) as conn, conn.cursor() as cur:
+        cur.execute(f"LOAD DATA INFILE %s INTO TABLE {table} CHARACTER SET utf8mb4 ({COLUMNS})", (str(path),))
+
+
 def profile(rows: int, repeat: int, batch: int) -> dict[str, Any]:
     """Each write path's rows/s and DC CPU µs per row for the same ``rows`` rows, on a sandbox of its own."""
     results: dict[str, Any] = {"rows": rows, "batch_rows": batch, "loadavg_start": os.getloadavg()}
@@ -208,7 +241,10 @@ def profile(rows: int, repeat: int, batch: int) -> dict[str, Any]:
             by_insert(box.dc, f"`{channel}`.transfer_data", data, 10_000)
             results["ceiling"] = measure_ceiling(box.dc, channel, repeat=repeat)
             print("ceiling (LOAD DATA INFILE, one statement):", results["ceiling"], flush=True)
+            infile = Path(box.dc.tmpdir) / "profile.tsv"
+            infile.write_bytes(tsv(data))
             paths: dict[str, Callable[[str], None]] = {
+                "LOAD DATA INFILE, one statement (the ceiling's)": lambda t: by_load_infile(box.dc, t, infile),
                 f"INSERT, {batch}-row transactions, 1 session": lambda t: by_insert(box.dc, t, data, batch),
                 f"INSERT, {batch}-row transactions, 2 sessions": lambda t: by_insert(box.dc, t, data, batch, 2),
                 "INSERT, 10,000-row transactions, 1 session": lambda t: by_insert(box.dc, t, data, 10_000),
@@ -225,8 +261,11 @@ def profile(rows: int, repeat: int, batch: int) -> dict[str, Any]:
                     runs = []
                     for _ in range(repeat):
                         cur.execute(f"TRUNCATE TABLE {table}")
+                        before = status(cur)
                         runs.append(timed(box.dc, functools.partial(path, table)))
+                        after = status(cur)
                     results["paths"][name] = summary(rows, runs)
+                    results["paths"][name]["per_row"] = {k: round((after[k] - before[k]) / rows, 3) for k in after}
                     print(f"{name}: {results['paths'][name]}", flush=True)
 
                 for name, path in paths.items():
@@ -255,7 +294,8 @@ def main() -> int:
     print(f"{'LOAD DATA INFILE, one statement (the ceiling)':<62} {ceiling:>9,} {1.0:>8.2f} "
           f"{results['ceiling']['dc_cpu_us_per_row']:>9.1f}")
     for name, r in results["paths"].items():
-        print(f"{name:<62} {r['rows_per_s']:>9,} {r['rows_per_s'] / ceiling:>8.2f} {r['dc_cpu_us_per_row']:>9.1f}")
+        print(f"{name:<62} {r['rows_per_s']:>9,} {r['rows_per_s'] / ceiling:>8.2f} {r['dc_cpu_us_per_row']:>9.1f}  "
+              + ", ".join(f"{k} {v:g}" for k, v in r["per_row"].items()))
     print(f"(1-minute load average {results['loadavg_start'][0]:.2f} at start, {results['loadavg_end'][0]:.2f} at end)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
