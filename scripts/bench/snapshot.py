@@ -38,7 +38,7 @@ import pymysql
 import pymysql.converters
 import pymysql.cursors
 from benchmark import GateProcess, drop_channel, master_position, new_channel  # beside this script
-from ceiling import measure_ceiling
+from ceiling import cpu_bound, measure_ceiling
 from monitors import CheckpointPoller, busy_percent, machine_busy, percentile
 from workloads import A_DDL, A_SELECT, LAG_DDL, lag_load
 
@@ -197,6 +197,7 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
     lag = lags(box, channel, poller, {int(k): v for k, v in commits.items()})
     ceiling = measure_ceiling(box.dc, channel, "optype = 'SNAPSHOT'", repeat=3)  # the DC's LOAD DATA of those rows
     drop_channel(box.dc, channel)
+    snap_cpu = per_row_us(cpu0, cpu1, done_rows)
     return {
         "rows": rows, "state": state, "snapshot_rows": done_rows, "seconds": round(took, 2),
         "snapshot_rows_per_s": round(done_rows / took), "select_rows_per_s": round(plain),
@@ -209,7 +210,8 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
         "peak_rss_mb": round(sample.peak_tree_rss / MB), "peak_main_rss_mb": round(sample.peak_main_rss / MB),
         "lag_p99_s": round(percentile(lag, 99), 3) if lag else None, "lag_rows": len(lag),
         "machine_busy_percent": round(busy_percent(busy0, busy1)),
-        "select_cpu_us_per_row": plain_cpu, "snapshot_cpu_us_per_row": per_row_us(cpu0, cpu1, done_rows),
+        "select_cpu_us_per_row": plain_cpu, "snapshot_cpu_us_per_row": snap_cpu,
+        "ceiling_cpu_bound": round(cpu_bound(snap_cpu, ceiling["dc_cpu_us_per_row"], psutil.cpu_count() or 1), 2),
     }
 
 
