@@ -11,7 +11,9 @@ fastest the DC server stores exactly those rows, the ceiling gate's rows/s is re
 Run as a script it is the profile of the DC side: on its own sandbox it writes ``--rows`` rows shaped like
 workload a's into a channel and times the same rows through each write path (gate's multi-row INSERTs in
 transactions of ``batch_rows``, larger transactions and statements, one or two sessions, LOAD DATA LOCAL
-of client-side files, without the secondary indexes), printing rows/s and the DC server's CPU µs per row of each.
+of client-side files, without the secondary indexes), printing rows/s, the DC server's CPU µs per row and
+its redo bytes, data bytes, fsyncs, commits and handler writes per row of each. :func:`ceiling_lines` and
+:func:`cpu_bound` are the report's: gate's ratio to the ceiling and the highest ratio the machine's CPU allows.
 """
 
 from __future__ import annotations
