@@ -39,6 +39,7 @@ from typing import Any
 
 import psutil
 import pymysql
+from ceiling import ceiling_figures, measure_ceiling
 from monitors import (  # beside this script: python puts its folder first on sys.path
     CheckpointPoller,
     Position,
@@ -283,9 +284,10 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
         steady_cpu = {role: round((s - early[1].get(role, 0.0)) / (final_id - early[0]) * 1e6, 2)
                       for role, s in cpu_gate.items()}
     checksum = dc_checksum(box.dc, channel)
+    ceiling = measure_ceiling(box.dc, channel)  # the DC's LOAD DATA rate for these very rows
     drop_channel(box.dc, channel)
     return {
-        "dc_checksum": checksum,
+        "dc_checksum": checksum, "ceiling": ceiling,
         "rows": final_id, "expected_rows": rows, "complete": final_id == rows,
         "seconds": seconds, "rows_per_s": final_id / seconds, "startup_s": (trace[0][0] - t_run) if trace else None,
         "launch_to_done_s": t_done - gate.launched, "steady_rows_per_s": steady,
@@ -444,6 +446,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         "workload": title, "key": key, "rows": changed, "load_rows_per_s": changed / load_s,
         "loadavg_1m_before": load1, "baseline": base, "gate": gate, "gate_runs": runs,
         "ratio": gate["rows_per_s"] / base["rows_per_s"],
+        **ceiling_figures(gate["rows_per_s"], [r["ceiling"] for r in runs]),
         "cpu_ratio": gate["cpu_us_per_row_gate"] / base["cpu_us_per_row"],
         "steady_cpu_ratio": (gate["steady_cpu_us_per_row_gate"] / base["cpu_us_per_row"]
                              if gate["steady_cpu_us_per_row_gate"] else None),

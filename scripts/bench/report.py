@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ceiling import ceiling_lines  # beside this script
+
 TARGET_RATIO = 1.5  # gate r/s over the bare reader's, workloads a and b
 TARGET_RATIO_C = 1.3  # the same for the one big transaction
 TARGET_CPU_RATIO = 0.8  # gate's CPU per row (all its processes) over the bare reader's, a and b
@@ -81,6 +83,6 @@ def report(results: dict[str, Any]) -> str:
                          f" / {c.get('resource_tracker', 0):.0f}"
                          f" / {c.get('mariadbd_source', 0):.0f} / {c.get('mariadbd_dc', 0):.0f}"
                          f" / {lag['machine_busy_percent']:.0f}   (includes the load generator's process)")
-    return "\n".join(text + cpu_lines)
+    return "\n".join(text + cpu_lines + ceiling_lines(results))
 
 

@@ -38,6 +38,7 @@ import pymysql
 import pymysql.converters
 import pymysql.cursors
 from benchmark import GateProcess, drop_channel, master_position, new_channel  # beside this script
+from ceiling import cpu_bound, measure_ceiling
 from monitors import CheckpointPoller, busy_percent, machine_busy, percentile
 from workloads import A_DDL, A_SELECT, LAG_DDL, lag_load
 
@@ -194,18 +195,23 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
         poller.stop()
     commits = dict(json.loads(commits_file.read_text()))
     lag = lags(box, channel, poller, {int(k): v for k, v in commits.items()})
+    ceiling = measure_ceiling(box.dc, channel, "optype = 'SNAPSHOT'", repeat=3)  # the DC's LOAD DATA of those rows
     drop_channel(box.dc, channel)
+    snap_cpu = per_row_us(cpu0, cpu1, done_rows)
     return {
         "rows": rows, "state": state, "snapshot_rows": done_rows, "seconds": round(took, 2),
         "snapshot_rows_per_s": round(done_rows / took), "select_rows_per_s": round(plain),
         "ratio": round(done_rows / took / plain, 2),
+        "ceiling_rows_per_s": ceiling["rows_per_s"], "ceiling_ratio": round(done_rows / took / ceiling["rows_per_s"], 3),
+        "running_ceiling_ratio": round(done_rows / running / ceiling["rows_per_s"], 3), "ceiling": ceiling,
         "running_seconds": round(running, 2), "running_ratio": round(done_rows / running / plain, 2),
         "probe_max_ms_quiet": round(max(quiet) * 1000, 1), "probe_max_ms_during": round(max(stalls) * 1000, 1),
         "probe_p99_ms_during": round(percentile(stalls, 99) * 1000, 1),
         "peak_rss_mb": round(sample.peak_tree_rss / MB), "peak_main_rss_mb": round(sample.peak_main_rss / MB),
         "lag_p99_s": round(percentile(lag, 99), 3) if lag else None, "lag_rows": len(lag),
         "machine_busy_percent": round(busy_percent(busy0, busy1)),
-        "select_cpu_us_per_row": plain_cpu, "snapshot_cpu_us_per_row": per_row_us(cpu0, cpu1, done_rows),
+        "select_cpu_us_per_row": plain_cpu, "snapshot_cpu_us_per_row": snap_cpu,
+        "ceiling_cpu_bound": round(cpu_bound(snap_cpu, ceiling["dc_cpu_us_per_row"], psutil.cpu_count() or 1), 2),
     }
 
 
