@@ -103,7 +103,7 @@ class _Progress(threading.Thread):
 
 
 def run_peer(name: str, classpath: str, source: MariaDBServer, db: str, start: Position, rows: int,
-             workdir: Path, tag: str, startup_timeout: float = 120.0, stall_timeout: float = 60.0) -> dict[str, Any]:
+             workdir: Path, tag: str, startup_timeout: float = 90.0, stall_timeout: float = 60.0) -> dict[str, Any]:
     """Peer ``name`` over the range from ``start`` until it has counted ``rows`` row changes, or until it
     makes no progress for ``stall_timeout`` s (``startup_timeout`` before its first tenth)."""
     run_dir = workdir / f"{name}-{tag}"
@@ -144,9 +144,11 @@ def run_peer(name: str, classpath: str, source: MariaDBServer, db: str, start: P
         "machine_busy_percent": busy_percent(busy0, busy1),
     }
     if not complete:
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        lines = log.read_text(errors="replace").strip().splitlines()
+        first = next((k for k, line in enumerate(lines) if "Exception" in line or "ERROR" in line), len(lines) - 2)
+        cause = " | ".join(line.strip() for line in lines[max(0, first):first + 2])[:400]
         result.update(seconds=None, rows_per_s=None, steady_rows_per_s=None, steady_cpu_us_per_row=None,
-                      error=f"counted {counted} of {rows} rows, exit code {proc.returncode}: " + " | ".join(tail)[-400:])
+                      error=f"counted {counted} of {rows} rows, exit code {proc.returncode}; first error: {cause}")
         return result
     t_start = progress.started if progress.started is not None else launched
     t_first, n_first = progress.trace[0]
