@@ -65,11 +65,12 @@ if [ "$(cat "$peers_stamp" 2>/dev/null)" != "$peers_wanted" ]; then
     fi
     peers_ok=1
     for pom in scripts/bench/peers/*/pom.xml; do
-        echo "setup: fetching the benchmark peer $(basename "$(dirname "$pom")")'s artifacts into ~/.m2"
-        if ! mvn -q -B -f "$pom" dependency:resolve >"/tmp/gate-setup-peer-$(basename "$(dirname "$pom")").log" 2>&1; then
-            echo "setup: WARNING: could not fetch the artifacts of $pom from Maven Central (see" \
-                 "/tmp/gate-setup-peer-$(basename "$(dirname "$pom")").log); gate and its tests do not need them, the benchmark runs without" \
-                 "that peer (or pass --peers none)"
+        peer="$(basename "$(dirname "$pom")")"
+        echo "setup: fetching the benchmark peer $peer's artifacts into ~/.m2"
+        if ! mvn -q -B -f "$pom" dependency:resolve >"/tmp/gate-setup-peer-$peer.log" 2>&1; then
+            echo "setup: WARNING: could not fetch $peer's artifacts from Maven Central (see" \
+                 "/tmp/gate-setup-peer-$peer.log); gate and its tests do not need them, the benchmark" \
+                 "runs without that peer (or pass --peers none)"
             peers_ok=0
         fi
     done
