@@ -10,6 +10,7 @@ when it has counted them all. The peers only capture (and count); gate captures 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -42,9 +43,11 @@ def build(name: str, workdir: Path) -> str:
     done = subprocess.run(["mvn", "-o", "-q", "-B", "-f", str(project / "pom.xml"), "dependency:build-classpath",
                            f"-Dmdep.outputFile={cp_file}"], capture_output=True, text=True)
     if done.returncode != 0:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)  # Maven's colours
+        said = [line for line in text.splitlines() if "[ERROR]" in line] or ["(no message)"]
         raise PeerUnavailable(
-            f"the {name} peer's Maven artifacts are not all in ~/.m2 (mvn -o dependency:build-classpath failed: "
-            f"{(done.stdout + done.stderr).strip()[-600:]}). scripts/setup.sh fetches them from Maven Central "
+            f"the {name} peer's Maven artifacts are not all in ~/.m2 (mvn -o dependency:build-classpath: "
+            f"{said[0].replace('[ERROR]', '').strip()[:400]}). scripts/setup.sh fetches them from Maven Central "
             f"(it needs the network once); or run the benchmark with --peers none.")
     classpath = cp_file.read_text().strip()
     sources = [str(p) for p in sorted(project.rglob("*.java"))]
