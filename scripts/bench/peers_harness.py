@@ -106,7 +106,7 @@ class _Progress(threading.Thread):
 
 
 def run_peer(name: str, classpath: str, source: MariaDBServer, db: str, start: Position, rows: int,
-             workdir: Path, tag: str, startup_timeout: float = 90.0, stall_timeout: float = 60.0) -> dict[str, Any]:
+             workdir: Path, tag: str, startup_timeout: float = 60.0, stall_timeout: float = 30.0) -> dict[str, Any]:
     """Peer ``name`` over the range from ``start`` until it has counted ``rows`` row changes, or until it
     makes no progress for ``stall_timeout`` s (``startup_timeout`` before its first tenth)."""
     run_dir = workdir / f"{name}-{tag}"

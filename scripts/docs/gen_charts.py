@@ -2,6 +2,7 @@
 
 Plain SVG text (no plotting library): grouped horizontal bars, one group per workload or phase, with
 each bar's value written beside it. :data:`CHARTS` names each image and what it is drawn from.
+scripts/bench/benchmark.py draws its chart of rows/s per system with :func:`systems_chart` too.
 """
 
 from __future__ import annotations
@@ -118,4 +119,6 @@ CHARTS: dict[str, Callable[[], str]] = {
     "img/bench-cpu.svg": cpu,
     "img/bench-ratio-history.svg": ratio_history,
     "img/retention-lag.svg": retention_lag,
+    # the path the benchmark's own chart has beside scripts/bench/README.md, which the docs include
+    "results/peers.svg": peers,
 }
