@@ -45,3 +45,34 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     .venv/bin/pip install -q -e '.[test]'
     echo "$wanted" > "$stamp"
 fi
+
+# The benchmark's peers (scripts/bench/peers/: Debezium and Maxwell, compared with gate by
+# scripts/bench/benchmark.py): their published Java artifacts, resolved once from Maven Central into
+# ~/.m2 so that the benchmark builds them offline (mvn -o). Needs Maven and a JDK (javac). The tests do not
+# need the peers: a failure here is reported and setup goes on; the benchmark then says what is missing.
+peers_stamp=.venv/.gate-peers-resolved
+peers_wanted="$(cat scripts/bench/peers/*/pom.xml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$peers_stamp" 2>/dev/null)" != "$peers_wanted" ]; then
+    peer_missing=()
+    command -v mvn >/dev/null 2>&1 || peer_missing+=(maven)
+    command -v javac >/dev/null 2>&1 || peer_missing+=(default-jdk-headless)
+    if [ ${#peer_missing[@]} -gt 0 ]; then
+        echo "setup: installing ${peer_missing[*]} (the benchmark's peers)"
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+            --no-install-recommends "${peer_missing[@]}" >/dev/null; } || echo "setup: could not install ${peer_missing[*]}; the benchmark's peers will be missing"
+    fi
+    peers_ok=1
+    for pom in scripts/bench/peers/*/pom.xml; do
+        peer="$(basename "$(dirname "$pom")")"
+        echo "setup: fetching the benchmark peer $peer's artifacts into ~/.m2"
+        if ! mvn -q -B -f "$pom" dependency:resolve >"/tmp/gate-setup-peer-$peer.log" 2>&1; then
+            echo "setup: WARNING: could not fetch $peer's artifacts from Maven Central (see" \
+                 "/tmp/gate-setup-peer-$peer.log); gate and its tests do not need them, the benchmark" \
+                 "runs without that peer (or pass --peers none)"
+            peers_ok=0
+        fi
+    done
+    [ "$peers_ok" -eq 0 ] || echo "$peers_wanted" > "$peers_stamp"
+fi

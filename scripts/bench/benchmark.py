@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import peers_harness
 import psutil
 import pymysql
 from ceiling import ceiling_figures, measure_ceiling
@@ -58,7 +59,7 @@ from pymysqlreplication.row_event import (
     UpdateRowsEvent,
     WriteRowsEvent,
 )
-from report import report
+from report import peers_report, report
 from workloads import (
     A_DDL,
     C_DDL,
@@ -430,6 +431,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         if spy is not None:
             print(f"[{label}] py-spy output in {spy}")
     gate = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]  # the median run
+    peers, peer_runs = measure_peers(box, key, db, start, changed, args, workdir, label)
     ruled = None
     if args.column_rules and key == "b":
         os.environ.setdefault("GATE_BENCH_KEY", "bench-only-key")  # the gate runner inherits it
@@ -445,6 +447,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         "gate_with_column_rules": ruled,
         "workload": title, "key": key, "rows": changed, "load_rows_per_s": changed / load_s,
         "loadavg_1m_before": load1, "baseline": base, "gate": gate, "gate_runs": runs,
+        "peers": peers, "peer_runs": peer_runs,
         "ratio": gate["rows_per_s"] / base["rows_per_s"],
         **ceiling_figures(gate["rows_per_s"], [r["ceiling"] for r in runs]),
         "cpu_ratio": gate["cpu_us_per_row_gate"] / base["cpu_us_per_row"],
@@ -453,10 +456,37 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
     }
 
 
+def measure_peers(box: Sandbox, key: str, db: str, start: Position, rows: int, args: argparse.Namespace,
+                  workdir: Path, label: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Each peer of ``args.peer_classpaths`` over the workload's range, ``args.repeat`` times (once more
+    only while it completes); the median run of each."""
+    medians: dict[str, Any] = {}
+    all_runs: dict[str, list[dict[str, Any]]] = {}
+    for name, classpath in args.peer_classpaths.items():
+        runs: list[dict[str, Any]] = []
+        for n in range(args.repeat):
+            if args.wait_quiet:
+                wait_quiet(args.wait_quiet)
+            run = peers_harness.run_peer(name, classpath, box.source, db, start, rows, workdir, f"{key}{n}")
+            runs.append(run)
+            if not run["complete"]:
+                print(f"[{label}] {name}: did not complete: {run['error']}", flush=True)
+                break
+            print(f"[{label}] {name}: {run['rows']} rows in {run['seconds']:.2f} s = {run['rows_per_s']:,.0f} rows/s "
+                  f"(steady {run['steady_rows_per_s'] or 0:,.0f}); CPU {run['cpu_us_per_row']:.1f} us/row; "
+                  f"peak RSS {run['peak_rss_mb']:.0f} MB; machine busy {run['machine_busy_percent']:.0f}% of 200",
+                  flush=True)
+        done = [r for r in runs if r["complete"]]
+        medians[name] = sorted(done, key=lambda r: r["rows_per_s"])[len(done) // 2] if len(done) == len(runs) else runs[-1]
+        all_runs[name] = runs
+    return medians, all_runs
+
+
 def run_tls(workdir: Path, keys: list[str], rows: dict[str, int], args: argparse.Namespace,
             defaults: ChannelDefaults) -> dict[str, Any]:
     """The workloads again, on servers that accept only TLS: every connection verifies the server."""
     workdir = workdir / "tls"  # the plaintext runs' stamps and logs have the same names
+    args = argparse.Namespace(**{**vars(args), "peer_classpaths": {}})  # the peers' harnesses connect in plaintext
     workdir.mkdir()
     box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True, tls=True)
     try:
@@ -504,6 +534,9 @@ def main() -> int:
                         help="workload (b) also with 3 column rules (exclude, hash, truncate), same range")
     parser.add_argument("--tls", action="store_true",
                         help="also run workloads a, b, c with the source and DC over TLS (verify-identity)")
+    parser.add_argument("--peers", default=",".join(peers_harness.PEERS),
+                        help="peers read each workload's range too: comma-separated subset of debezium,maxwell, "
+                             "or 'none' (default: both; their artifacts come from scripts/setup.sh)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
@@ -534,11 +567,22 @@ def main() -> int:
           f"writers={defaults.writers}, decoders={defaults.decoders}, batch_rows={defaults.batch_rows}"
           + f"; work folder {workdir}", flush=True)
     t_start = time.time()
+    args.peer_classpaths = {}
+    for name in [p for p in args.peers.split(",") if p and p != "none"]:
+        if name not in peers_harness.PEERS:
+            parser.error(f"--peers: unknown peer {name!r}; the peers are {', '.join(peers_harness.PEERS)} (or none)")
+        try:
+            args.peer_classpaths[name] = peers_harness.build(name, workdir)
+        except peers_harness.PeerUnavailable as exc:
+            results["meta"].setdefault("peers_unavailable", {})[name] = str(exc)
+            print(f"peer {name} not measured: {exc}", flush=True)
     keep = args.keep or bool(args.profile) or bool(args.py_spy)
     box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True)
     try:
         try:
             box.up()
+            if args.peer_classpaths:
+                peers_harness.ensure_user(box.source)
             for key in ("a", "b", "c"):
                 if key in only:
                     results["workloads"][key] = measure_workload(box, key, rows[key], args, workdir, defaults)
@@ -568,6 +612,8 @@ def main() -> int:
     results["meta"]["loadavg_end"] = os.getloadavg()
     print()
     print(report(results))
+    if any(w.get("peers") for w in results["workloads"].values()):
+        print("\n" + peers_report(results))
     if results.get("tls_workloads"):
         print("\n" + tls_report(results))
     if results.get("memory"):
@@ -578,7 +624,12 @@ def main() -> int:
           f"{results['meta']['loadavg_start'][0]:.2f}, at end {results['meta']['loadavg_end'][0]:.2f})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
-        print(f"figures written to {args.json}")
+        sys.path.insert(0, str(BENCH_DIR.parent / "docs"))  # the docs' chart code draws the benchmark's chart too
+        from gen_charts import systems_chart
+
+        chart = Path(args.json).with_suffix(".svg")
+        chart.write_text(systems_chart(results))
+        print(f"figures written to {args.json}, chart of rows/s per system to {chart}")
     return 0
 
 

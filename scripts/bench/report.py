@@ -86,3 +86,48 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(text + cpu_lines + ceiling_lines(results))
 
 
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(line[i]) for line in [head] + rows) for i in range(len(head))]
+    text = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in [head] + rows]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return text
+
+
+def _steady(value: float | None) -> str:
+    return "" if value is None else f" ({value:.1f})"
+
+
+def peers_report(results: dict[str, Any]) -> str:
+    """gate beside the peers on each workload's range: rows/s, CPU per row, peak RSS; gate ahead of each?"""
+    head = ["workload", "system", "rows", "rows/s", "gate / it", "steady rows/s", "CPU µs/row (steady)",
+            "peak RSS MB", "gate ahead"]
+    rows: list[list[str]] = []
+    for key in ("a", "b", "c"):
+        r = results["workloads"].get(key)
+        if r is None or not r.get("peers"):
+            continue
+        g, base = r["gate"], r["baseline"]
+        rows.append([r["workload"], "bare reader (decodes only)", f"{base['rows']:,}", f"{base['rows_per_s']:,.0f}",
+                     f"{g['rows_per_s'] / base['rows_per_s']:.2f}", "-", f"{base['cpu_us_per_row']:.1f}", "-", ""])
+        gate_cpu = f"{g['cpu_us_per_row_gate']:.1f}" + _steady(g["steady_cpu_us_per_row_gate"])
+        rows.append(["", "gate (captures + writes the DC)", f"{g['rows']:,}", f"{g['rows_per_s']:,.0f}", "1.00",
+                     f"{g['steady_rows_per_s']:,.0f}" if g["steady_rows_per_s"] else "-",
+                     f"{gate_cpu} +{g['cpu_us_per_row'].get('mariadbd_dc', 0):.1f} DC server",
+                     f"{g['peak_rss_mb']:.0f}", ""])
+        for peer in r["peers"].values():
+            label = f"{peer['peer']} (captures, counts)"
+            if not peer["complete"]:
+                rows.append(["", label, f"{peer['rows']:,} of {peer['expected_rows']:,}", "did not complete", "-", "-",
+                             "-", f"{peer['peak_rss_mb']:.0f}", "PASS (it failed)"])
+                continue
+            rows.append(["", label, f"{peer['rows']:,}", f"{peer['rows_per_s']:,.0f}",
+                         f"{g['rows_per_s'] / peer['rows_per_s']:.2f}", f"{peer['steady_rows_per_s'] or 0:,.0f}",
+                         f"{peer['cpu_us_per_row']:.1f}" + _steady(peer["steady_cpu_us_per_row"]),
+                         f"{peer['peak_rss_mb']:.0f}",
+                         mark(g["rows_per_s"] > peer["rows_per_s"])])
+    return "\n".join(["Peers on the same binlog ranges, same machine, same run. gate captures AND writes every row into the "
+                      "DC; the peers only capture and count (no output written). rows/s from each engine's start "
+                      "(gate: Pipeline.run(); Debezium: engine.run(); Maxwell: its main) to the last row; CPU: the "
+                      "system's own processes (the JVM for a peer)."] + _table(head, rows))

@@ -2,6 +2,7 @@
 
 Plain SVG text (no plotting library): grouped horizontal bars, one group per workload or phase, with
 each bar's value written beside it. :data:`CHARTS` names each image and what it is drawn from.
+scripts/bench/benchmark.py draws its chart of rows/s per system with :func:`systems_chart` too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "results"
-COLOURS = ("#9e9e9e", "#3f51b5", "#ff9800")
+COLOURS = ("#9e9e9e", "#3f51b5", "#ff9800", "#4caf50")
 _BAR, _GAP, _LABEL, _WIDTH = 18, 14, 210, 720
 
 
@@ -25,25 +26,30 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def bars(title: str, unit: str, groups: list[str], series: dict[str, list[float]]) -> str:
-    """Grouped horizontal bars: ``series`` maps a legend entry to one value per group."""
+def bars(title: str, unit: str, groups: list[str], series: dict[str, list[float | None]]) -> str:
+    """Grouped horizontal bars: ``series`` maps a legend entry to one value per group (None: no figure)."""
     top = 56
     height = top + len(groups) * (len(series) * _BAR + _GAP) + 10
-    scale = (_WIDTH - _LABEL - 130) / max(max(values) for values in series.values())
+    scale = (_WIDTH - _LABEL - 130) / max(v for values in series.values() for v in values if v is not None)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
            f'font-family="sans-serif" font-size="12">',
            f'<text x="0" y="16" font-size="14" font-weight="bold">{escape(title)}</text>']
     for i, name in enumerate(series):
-        x = i * 200
+        x = i * 175
         out.append(f'<rect x="{x}" y="28" width="12" height="12" fill="{COLOURS[i]}"/>'
                    f'<text x="{x + 16}" y="38">{escape(name)}</text>')
     y = top
     for g, group in enumerate(groups):
         out.append(f'<text x="0" y="{y + len(series) * _BAR / 2 + 4}">{escape(group)}</text>')
         for i, values in enumerate(series.values()):
-            width = values[g] * scale
+            value = values[g]
+            if value is None:
+                out.append(f'<text x="{_LABEL + 4}" y="{y + _BAR - 6}">did not complete</text>')
+                y += _BAR
+                continue
+            width = value * scale
             out.append(f'<rect x="{_LABEL}" y="{y}" width="{width:.1f}" height="{_BAR - 3}" fill="{COLOURS[i]}"/>'
-                       f'<text x="{_LABEL + width + 4:.1f}" y="{y + _BAR - 6}">{_number(values[g])} {escape(unit)}</text>')
+                       f'<text x="{_LABEL + width + 4:.1f}" y="{y + _BAR - 6}">{_number(value)} {escape(unit)}</text>')
             y += _BAR
         y += _GAP
     out.append("</svg>")
@@ -80,6 +86,26 @@ def ratio_history() -> str:
                  "compiled decoders (quiet)": [w["ratio"] for w in after.values()]})
 
 
+def systems_chart(results: dict[str, Any]) -> str:
+    """Rows/s per system and workload from a benchmark.py JSON with peers: the bare reader, gate (which
+    also writes the DC) and each peer (capture only); a peer that did not complete has no bar."""
+    runs = [w for w in results["workloads"].values() if w.get("peers")]
+    names = sorted({name for w in runs for name in w["peers"]})
+    series: dict[str, list[float | None]] = {
+        "bare reader": [w["baseline"]["rows_per_s"] for w in runs],
+        "gate (+ DC writes)": [w["gate"]["rows_per_s"] for w in runs]}
+    for name in names:
+        series[f"{name.capitalize()} (capture only)"] = [
+            w["peers"][name]["rows_per_s"] if name in w["peers"] and w["peers"][name]["complete"] else None
+            for w in runs]
+    return bars("Rows per second on the same binlog range, same machine, same run", "rows/s",
+                [w["workload"] for w in runs], series)
+
+
+def peers() -> str:
+    return systems_chart(_load("peers.json"))
+
+
 def retention_lag() -> str:
     phases = _load("retention-run.json")["results"]
     return bars("Lag at 5,000 rows/s while 5,000,000 old rows are removed", "s",
@@ -93,4 +119,6 @@ CHARTS: dict[str, Callable[[], str]] = {
     "img/bench-cpu.svg": cpu,
     "img/bench-ratio-history.svg": ratio_history,
     "img/retention-lag.svg": retention_lag,
+    # the path the benchmark's own chart has beside scripts/bench/README.md, which the docs include
+    "results/peers.svg": peers,
 }
