@@ -6,7 +6,8 @@ DDL payload is conformed to :data:`DDL_SCHEMA` the way ``from_json`` does it (mi
 of another kind are null, extra keys are dropped, a non-string JSON value read as a string is its
 JSON text).
 
-This module runs on executors: it imports only the standard library, pyarrow and pyspark.
+This module runs on executors: it imports only the standard library, pyarrow, pyspark and, where the
+executors' Python has it, orjson.
 """
 
 from __future__ import annotations
@@ -100,6 +101,20 @@ def _text(value: Any) -> str | None:
     return value if value is None or value.__class__ is str else conform(value, StringType())
 
 
+try:  # orjson parses a payload 3 to 4 times faster than json; an executor without it uses json
+    import orjson
+
+    def _loads(text: str | bytes) -> Any:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:  # what only json reads (NaN, Infinity) or the error it gives
+            return json.loads(text)
+except ImportError:  # pragma: no cover (the project's environment has orjson)
+
+    def _loads(text: str | bytes) -> Any:
+        return json.loads(text)
+
+
 ARROW_SCHEMA = to_arrow_schema(ROW_SCHEMA, timezone="UTC")
 
 
@@ -144,7 +159,7 @@ def to_batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
     new, old = _Maps(), _Maps()
     from_new: list[bool] = []  # per row: its columns are the keys of its new image (else of its old one)
     ddls: list[Any] = []
-    loads = json.loads
+    loads = _loads
     for row in rows:
         payload = loads(row[7]) if row[7] else None
         if row[6] in ROW_OPTYPES:
