@@ -35,6 +35,7 @@ from spark_readers.image import LEGACY_MARKER, POINTER, ImageStore, read_image
 from spark_readers.incremental import read_increment
 from spark_readers.load import OutputDir
 from spark_readers.materialise import ImageUpdater, materialise_channel
+from spark_readers.rows import to_batch
 from spark_readers.session import MARIADB_JAR, ChannelSource
 from spark_readers.source import transaction_end
 from tests.replay import make_channel
@@ -73,6 +74,38 @@ def test_batch_rows_equal_the_jdbc_readers(spark: SparkSession, synthetic: Synth
     assert [r.id for r in got] == list(range(1, end + 1))
     assert got == jdbc.orderBy("id").collect()
     assert {r.optype for r in got} >= {"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND", "RENAME", "TRUNCATE"}
+
+
+def test_to_batch_gives_every_image_shape_its_columns() -> None:
+    """Executors' parsing (flat Arrow buffers per batch): values that are not strings keep their JSON text,
+    an image that is not a list is null, columns come from the new image else the old one, DDL payloads
+    are conformed, an empty chunk is an empty batch."""
+    def row(id_: int, optype: str, payload: object) -> tuple[object, ...]:
+        return (id_, 7, "d", "t", 1_700_000_000 + id_, "i", optype, None if payload is None else json.dumps(payload))
+
+    rows = [row(1, "INSERT", {"NEW": [{"a": "1"}, {"b": None}, {"c": 5}, {"d": [1, {"x": "é"}]}, {"e": True}]}),
+            row(2, "UPDATE", {"NEW": [{"a": "2"}], "OLD": [{"a": "1"}]}),
+            row(3, "DELETE", {"OLD": [{"a": "1"}, {"z": "q"}]}),
+            row(4, "DELETE", {"OLD": "not a list"}),
+            row(5, "INSERT", [1, 2]),
+            row(6, "UPDATE", {"NEW": None, "OLD": [{"a": "x"}]}),
+            row(7, "SNAPSHOT", {"NEW": []}),
+            row(8, "CREATETABLE", {"primary_key": ["a"], "SELECT": 1, "extra": "dropped"})]
+    got = [(r["id"], r["columns"], r["new"], r["old"], r["ddl"] and {k: v for k, v in r["ddl"].items() if v is not None})
+           for r in to_batch(rows).to_pylist()]
+    assert got == [
+        (1, ["a", "b", "c", "d", "e"], [("a", "1"), ("b", None), ("c", "5"), ("d", '[1,{"x":"é"}]'), ("e", "true")],
+         None, None),
+        (2, ["a"], [("a", "2")], [("a", "1")], None),
+        (3, ["a", "z"], None, [("a", "1"), ("z", "q")], None),
+        (4, None, None, None, None),
+        (5, None, None, None, None),
+        (6, ["a"], None, [("a", "x")], None),
+        (7, [], [], None, None),
+        (8, None, None, None, {"primary_key": ["a"]}),
+    ]
+    assert to_batch(rows)["create_time"][0].as_py().timestamp() == 1_700_000_001
+    assert to_batch([]).num_rows == 0
 
 
 @pytest.mark.parametrize(("start", "want", "expected"), [

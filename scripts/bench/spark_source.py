@@ -1,31 +1,38 @@
 """Spark readers of a channel, measured in one run on private servers with Spark local[2].
 
-    .venv/bin/python scripts/bench/spark_source.py                 # 1,000,000 rows (about 10 min on 2 cores)
-    .venv/bin/python scripts/bench/spark_source.py --rows 200000   # smaller
+    .venv/bin/python scripts/bench/spark_source.py                 # 1,000,000 rows (20 to 40 min on 2 busy cores)
+    .venv/bin/python scripts/bench/spark_source.py --rows 200000 --readers-only --json figures.json
 
 Writes a synthetic history into a channel's transfer_data (one table of 6 columns; transactions of 10
-rows: 70 % inserts, 20 % updates, 10 % deletes), then times, each once (after a warm-up read):
+rows: 70 % inserts, 20 % updates, 10 % deletes), then times, after a warm-up read, the four readers
+``--repeat`` times each (the median run is kept):
 
-- ``plain_jdbc_scan``: a partitioned JDBC scan of transfer_data, rows discarded (the floor);
-- ``jdbc_incremental_read``: today's JDBC incremental reader (read and parse), rows discarded;
-- ``jdbc_incremental_load``: the whole spark-load job (read, parse, Parquet, cursor);
+- ``plain_jdbc_scan``: a partitioned JDBC scan of transfer_data, rows discarded (the bar);
+- ``jdbc_incremental_read``: the JDBC incremental reader (read and parse), rows discarded;
+- ``gate_batch``: read.format("gate") up to the last row, rows discarded;
 - ``gate_stream``: readStream.format("gate") (micro-batches of ``--max-rows``), rows discarded;
-- ``gate_stream_parquet``: the same stream into Parquet with a checkpointLocation;
+
+and, once each, unless ``--readers-only``:
+
+- ``jdbc_incremental_load``: the whole spark-load job (read, parse, Parquet, cursor);
+- ``gate_stream_parquet``: the stream into Parquet with a checkpointLocation;
 - ``image_full``: a full rebuild of the table image from the history (format("gate") from the DC)
   after ``--new`` (1 %) more rows, against ``image_incremental``: the update of the image built before
   them with just those rows.
 
 Prints rows/s, seconds, the CPU seconds of the driver's process tree (Python, the JVM and its Python
-workers; not the MariaDB servers), ratios against the JDBC scan, the image speed-up, the peak RSS of
-the driver's process tree, and the machine's CPU use during each measurement (other work on the
-machine skews wall times; CPU seconds and ratios less so).
+workers; not the MariaDB servers) and per row, the peak RSS of one Python worker, the load average
+and the machine's CPU use during each measurement, then the readers side by side as ratios against
+the plain scan of the same run (other work on the machine skews wall times; ratios less so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import statistics
 import tempfile
 import threading
 import time
@@ -51,11 +58,13 @@ COLUMNS = ("id", "name", "amount", "note", "flag", "updated")
 
 
 class DriverTree(threading.Thread):
-    """Peak RSS and CPU seconds of this process and its children, MariaDB servers left out."""
+    """Peak RSS and CPU seconds of this process and its children (the JVM and Spark's Python workers),
+    MariaDB servers left out; and the peak RSS of one Python worker since :meth:`reset_worker_peak`."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.peak = 0
+        self.worker_peak = 0
         self.cpu: dict[int, float] = {}
         self.halt = threading.Event()
 
@@ -71,13 +80,17 @@ class DriverTree(threading.Thread):
         return found
 
     def run(self) -> None:
+        me = os.getpid()
         while not self.halt.is_set():
             rss = 0
             for proc in self.procs():
                 try:
-                    rss += proc.memory_info().rss
+                    memory = proc.memory_info().rss
+                    rss += memory
                     times = proc.cpu_times()
                     self.cpu[proc.pid] = times.user + times.system
+                    if proc.pid != me and proc.name().startswith("python"):  # a pyspark daemon or worker
+                        self.worker_peak = max(self.worker_peak, memory)
                 except psutil.Error:
                     continue
             self.peak = max(self.peak, rss)
@@ -85,6 +98,9 @@ class DriverTree(threading.Thread):
 
     def cpu_seconds(self) -> float:
         return sum(self.cpu.values())
+
+    def reset_worker_peak(self) -> None:
+        self.worker_peak = 0
 
 
 class History:
@@ -126,15 +142,43 @@ class History:
             self.channel.write([[self.change() for _ in range(min(10, count - i))] for i in range(0, count, 10)])
 
 
-def timed(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, figures: dict[str, Any]) -> None:
-    before, cpu = machine_busy(), tree.cpu_seconds()
-    start = time.perf_counter()
-    run()
-    seconds = time.perf_counter() - start
-    figures[name] = {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
-                     "driver_cpu_s": round(tree.cpu_seconds() - cpu, 1),
-                     "machine_busy_pct": busy_percent(before, machine_busy())}
+def timed(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, figures: dict[str, Any],
+          repeat: int = 1) -> None:
+    """Run ``run`` ``repeat`` times; the figures of the run with the median seconds."""
+    runs = []
+    for _ in range(repeat):
+        tree.reset_worker_peak()
+        before, cpu, load = machine_busy(), tree.cpu_seconds(), psutil.getloadavg()[0]
+        start = time.perf_counter()
+        run()
+        seconds = time.perf_counter() - start
+        time.sleep(0.3)  # one more sample of the tree's CPU times
+        cpu_s = tree.cpu_seconds() - cpu
+        runs.append({"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
+                     "driver_cpu_s": round(cpu_s, 1), "cpu_us_per_row": round(cpu_s / rows * 1e6, 1),
+                     "peak_python_worker_rss_mb": round(tree.worker_peak / 2**20),
+                     "machine_busy_pct": busy_percent(before, machine_busy()), "load_average": load})
+    median = statistics.median(r["seconds"] for r in runs)
+    figures[name] = next(r for r in runs if r["seconds"] == median) if repeat % 2 else dict(
+        runs[0], seconds=round(median, 2), rows_per_s=round(rows / median))
+    if repeat > 1:
+        figures[name]["runs_rows_per_s"] = [r["rows_per_s"] for r in runs]
     print(name, json.dumps(figures[name]), flush=True)
+
+
+READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream")
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The readers side by side, with ratios against the plain scan of the same run."""
+    scan = figures["plain_jdbc_scan"]
+    lines = [f"{'reader':<24}{'rows/s':>10}{'x scan':>8}{'CPU us/row':>12}{'x scan':>8}{'worker MB':>11}"]
+    for name in READERS:
+        f = figures[name]
+        lines.append(f"{name:<24}{f['rows_per_s']:>10,}{f['rows_per_s'] / scan['rows_per_s']:>8.2f}"
+                     f"{f['cpu_us_per_row']:>12.1f}{f['cpu_us_per_row'] / scan['cpu_us_per_row']:>8.2f}"
+                     f"{f['peak_python_worker_rss_mb']:>11}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -143,6 +187,8 @@ def main() -> None:
     parser.add_argument("--new", type=float, default=0.01, help="new rows for the image update, share of --rows")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--max-rows", type=int, default=100_000, help="maxRowsPerTrigger of the stream")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each reader (the median is kept)")
+    parser.add_argument("--readers-only", action="store_true", help="measure the four readers, skip load and images")
     parser.add_argument("--json", help="write the figures to this file too")
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
@@ -162,6 +208,7 @@ def main() -> None:
         finally:
             box.down()
     print(json.dumps(figures, indent=2))
+    print(table(figures))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
 
@@ -187,29 +234,39 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
 
     discard(spark.read.format("gate").options(**options, endingId="20000").load())  # warm-ups
     discard(_plain_scan(spark, source, 20_000, args.partitions))
-    timed("plain_jdbc_scan", end, lambda: discard(_plain_scan(spark, source, end, args.partitions)), tree, figures)
-    timed("jdbc_incremental_read", end, lambda: discard(read_increment(spark, source, 0, end, args.partitions)),
-          tree, figures)
-    timed("jdbc_incremental_load", end, lambda: load(spark, source, str(tmp / "load"), args.partitions), tree,
-          figures)
-    timed("gate_stream", end, lambda: stream("stream_noop", False), tree, figures)
-    timed("gate_stream_parquet", end, lambda: stream("stream_parquet", True), tree, figures)
-    materialise_channel(spark, options, str(tmp / "image"))  # the image before the new rows
-    new = int(args.rows * args.new)
-    history.write(new)
-    everything = history.channel.id
-    timed("image_incremental", new, lambda: materialise_channel(spark, options, str(tmp / "image")), tree, figures)
-    timed("image_full", everything, lambda: materialise_channel(spark, options, str(tmp / "full")), tree, figures)
-    same = [read_image(spark, str(tmp / d))["bench.t"].count() for d in ("image", "full")]
+    streams = iter(range(1_000_000))
+    readers: dict[str, Callable[[], Any]] = {
+        "plain_jdbc_scan": lambda: discard(_plain_scan(spark, source, end, args.partitions)),
+        "jdbc_incremental_read": lambda: discard(read_increment(spark, source, 0, end, args.partitions)),
+        "gate_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end)).load()),
+        "gate_stream": lambda: stream(f"stream_noop{next(streams)}", False),
+    }
+    for name, read in readers.items():
+        timed(name, end, read, tree, figures, args.repeat)
+    scan = figures["plain_jdbc_scan"]
+    if not args.readers_only:
+        timed("jdbc_incremental_load", end, lambda: load(spark, source, str(tmp / "load"), args.partitions), tree,
+              figures)
+        timed("gate_stream_parquet", end, lambda: stream("stream_parquet", True), tree, figures)
+        materialise_channel(spark, options, str(tmp / "image"))  # the image before the new rows
+        new = int(args.rows * args.new)
+        history.write(new)
+        everything = history.channel.id
+        timed("image_incremental", new, lambda: materialise_channel(spark, options, str(tmp / "image")), tree,
+              figures)
+        timed("image_full", everything, lambda: materialise_channel(spark, options, str(tmp / "full")), tree, figures)
+        same = [read_image(spark, str(tmp / d))["bench.t"].count() for d in ("image", "full")]
+        figures["image_incremental_speedup"] = round(figures["image_full"]["seconds"] /
+                                                     figures["image_incremental"]["seconds"], 1)
+        figures["image_rows"] = {"incremental": same[0], "full": same[1], "live_keys": len(history.live)}
     tree.halt.set()
-    scan = figures["plain_jdbc_scan"]["rows_per_s"]
-    figures["ratios_to_plain_jdbc_scan"] = {name: round(figures[name]["rows_per_s"] / scan, 2) for name in (
-        "jdbc_incremental_read", "jdbc_incremental_load", "gate_stream", "gate_stream_parquet")}
-    figures["gate_stream_vs_jdbc_incremental_read"] = round(
-        figures["gate_stream"]["rows_per_s"] / figures["jdbc_incremental_read"]["rows_per_s"], 2)
-    figures["image_incremental_speedup"] = round(figures["image_full"]["seconds"] /
-                                                 figures["image_incremental"]["seconds"], 1)
-    figures["image_rows"] = {"incremental": same[0], "full": same[1], "live_keys": len(history.live)}
+    measured = [n for n in (*READERS, "jdbc_incremental_load", "gate_stream_parquet") if n in figures]
+    figures["ratios_to_plain_jdbc_scan"] = {n: {"rows_per_s": round(figures[n]["rows_per_s"] / scan["rows_per_s"], 2),
+                                                "cpu_per_row": round(figures[n]["cpu_us_per_row"] /
+                                                                     scan["cpu_us_per_row"], 2)} for n in measured}
+    figures["gate_vs_jdbc_incremental_read"] = {n: round(figures[n]["rows_per_s"] /
+                                                         figures["jdbc_incremental_read"]["rows_per_s"], 2)
+                                                for n in ("gate_batch", "gate_stream")}
     figures["peak_driver_tree_rss_mb"] = round(tree.peak / 2**20)
     spark.stop()
 
