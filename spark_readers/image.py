@@ -35,6 +35,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from gate.common.config import check_identifier
 from gate.common.errors import MaterialiseError
 from spark_readers.load import OutputDir
 
@@ -192,3 +193,21 @@ def as_of(spark: SparkSession, path: str, channel_id: int) -> dict[str, DataFram
                                f"{channel_id}. Give an id at or after {first}.")
     state = spark.read.format("delta").option("versionAsOf", max(older)).load(store.url(STATE))
     return _tables(spark, store, store.read(state))
+
+
+def register_tables(spark: SparkSession, path: str, database: str) -> list[str]:
+    """Register the current image's tables in Spark's catalog as ``database.DB_TABLE`` (external Delta
+    tables at their folders; a table registered already is pointed at its current folder); their names."""
+    check_identifier(database, "Database name")
+    store = ImageStore(spark, path)
+    image = store.current(None)
+    if image is None:
+        raise MaterialiseError(f"{path} holds no table image ({STATE} is missing).")
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+    names = []
+    for name, table in sorted(image.tables.items()):
+        qualified = f"`{database}`.`{name.replace('.', '_')}`"
+        spark.sql(f"DROP TABLE IF EXISTS {qualified}")  # external: only the catalog entry goes
+        spark.sql(f"CREATE TABLE {qualified} USING DELTA LOCATION '{store.url(table.path)}'")
+        names.append(f"{database}.{name.replace('.', '_')}")
+    return names

@@ -25,7 +25,7 @@ from gate.common.dc import connect
 from gate.common.errors import MaterialiseError
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
-from spark_readers.image import STATE, ImageStore, as_of, read_image
+from spark_readers.image import STATE, ImageStore, as_of, read_image, register_tables
 from spark_readers.materialise import ImageUpdater, materialise_channel
 from tests.replay import make_channel
 
@@ -73,7 +73,8 @@ def delta_rs_tables(out: Path) -> Tables:
 
 
 def model_tables(model: ImageModel) -> Tables:
-    return {name: (list(table.columns), sorted((tuple(row[c] for c in table.columns) for row in table.rows.values()), key=repr))
+    return {name: (list(table.columns), sorted((tuple(row[c] for c in table.columns) for row in table.rows.values()),
+                                               key=repr))
             for name, table in model.tables.items()}
 
 
@@ -225,6 +226,8 @@ def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox
     assert (table["complete"], table["snapshot"], table["version"]) == (True, {"id": 9, "state": "done"}, 1)
     assert deltalake.DeltaTable(str(out / "shop" / "nokey")).history(1)[0]["operation"] == "MERGE"
     assert image_tables(spark, out) == model_tables(model) == {"shop.nokey": (["a", "b"], [("1", "x"), ("2", "y")])}
+    assert register_tables(spark, str(out), "lake") == ["lake.shop_nokey"]
+    assert sorted(tuple(r) for r in spark.table("lake.shop_nokey").collect()) == [("1", "x"), ("2", "y")]
     materialise_channel(spark, source, str(out), full=True)
     rebuilt = state(out)
     assert (rebuilt["generation"], rebuilt["tables"]["shop.nokey"]["version"]) == (1, 2)
