@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,10 @@ from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
 from spark_readers.image import STATE, ImageStore, as_of, read_image, register_tables
 from spark_readers.materialise import ImageUpdater, materialise_channel
 from tests.replay import make_channel
+from tests.test_spark_source import Synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 Tables = dict[str, tuple[list[str], list[tuple[Any, ...]]]]
-
-
-@dataclass(frozen=True)
-class Synthetic:
-    dc: ServerConfig
-    channel: str
-    history: RandomHistory
 
 
 @pytest.fixture(scope="module")
