@@ -79,9 +79,10 @@ grep '^skipped' $spark/spark.log || true
 
 # The table: the workload's first table (t0, t1, t2; DDL may have renamed them) that has rows.
 src_sql() { mariadb --default-character-set=utf8mb4 -h 127.0.0.1 -P 33061 -u root "$@"; }
-# The image's tables are listed in its pointer file, _gate_image.json.
-images=" $(.venv/bin/python -c "import json, sys; print(' '.join(n[5:] for n in json.load(sys.stdin)['tables'] if n.startswith('shop.')))" \
-    <$spark/tables/_gate_image.json) "
+# The image's tables are listed in its state, the one-row Delta table _gate (read here with delta-rs).
+images=" $(.venv/bin/python -c "import json, sys; from deltalake import DeltaTable
+state = json.loads(DeltaTable(sys.argv[1]).to_pyarrow_table()['image'][0].as_py())
+print(' '.join(n[5:] for n in state['tables'] if n.startswith('shop.')))" $spark/tables/_gate) "
 table=""
 for t in t0 t1 t2 $images; do
     if [[ "$images" == *" $t "* ]] && [ "$(src_sql -N -e "SELECT COUNT(*) > 0 FROM shop.\`$t\`")" = 1 ]; then
@@ -102,7 +103,7 @@ pk=$(src_sql -N -e "SELECT GROUP_CONCAT(CONCAT('\`$table\`.\`', column_name, '\`
 echo
 echo "== shop.$table on the source (first 8 rows by primary key; values as text, cut to 23 characters)"
 src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
-echo "== shop.$table materialised in $spark/tables (Parquet), the same rows"
+echo "== shop.$table materialised in $spark/tables/shop/$table (a Delta Lake table), the same rows"
 DEMO_SPARK=$spark DEMO_TABLE=$table spark_run .venv/bin/python - <<'PY'
 import os
 import unicodedata

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything gate needs on Debian 12: system packages (MariaDB server and client, the MariaDB
-# JDBC driver, a Java runtime, python3-venv, make, prometheus for promtool) when missing, and the virtual environment .venv with gate installed.
+# JDBC driver, a Java runtime, python3-venv, make, prometheus for promtool) when missing, the virtual environment
+# .venv with gate installed, and the Delta Lake jars (Maven Central) in a local cache.
 # Safe to run again: it installs only what is missing and reinstalls Python packages only when
 # pyproject.toml has changed.
 set -euo pipefail
@@ -75,4 +76,12 @@ if [ "$(cat "$peers_stamp" 2>/dev/null)" != "$peers_wanted" ]; then
         fi
     done
     [ "$peers_ok" -eq 0 ] || echo "$peers_wanted" > "$peers_stamp"
+fi
+
+# Delta Lake's jars (the table images of gate spark-materialise): fetched once from Maven Central into
+# ~/.cache/gate/jars (or $GATE_JARS); Spark sessions take them from there, so demo and tests need no network.
+if ! .venv/bin/python -m spark_readers.delta >/dev/null; then
+    echo "setup: could not fetch the Delta Lake jars from Maven Central (see the error above); the table images" \
+         "need them: run scripts/setup.sh again once Maven Central is reachable" >&2
+    exit 1
 fi

@@ -1,44 +1,51 @@
-"""Table images on disk: immutable versions and the pointer that names the current one.
+"""Table images on disk: one Delta Lake table per source table, and the image's state, a Delta table too.
 
 Layout of an image directory ``OUT`` (a local path or any Hadoop file system URL)::
 
-    OUT/_gate_image.json                     the pointer (below); replaced by a rename, never edited
-    OUT/v-00000000000000001234/DB/TABLE/     Parquet of one table as of row 1234 (one string column per column)
-    OUT/v-.../...
+    OUT/_gate/        Delta table of one row, ``image``: the image's JSON (below); one commit per update
+    OUT/DB/TABLE/     Delta table of one source table (a folder ``DB/TABLE~2`` when that name is taken)
 
-The pointer is JSON: ``{"format": 1, "channel": C, "watermark": {"id": I, "tid": T}, "keys": {...},
-"tables": {"db.table": {"path": "v-.../db/table", "columns": [...], "key": [...], "rows": N,
-"complete": true|false, "snapshot": {"id": S, "state": "running"|"done"|"cancelled"} | null}},
-"skipped": {"db.table": "why"}, "previous": ["v-.../..."]}``. The image holds every row up to the
-watermark. An update writes the tables it changes into a new version directory and then replaces the
-pointer, so a reader sees the old image or the new one, never a half-written one; a table it does not
-change keeps its earlier path. Readers read the pointer, then each table's ``path`` (relative to OUT):
-:func:`read_image` does that. Version directories that neither the pointer nor its predecessor (the
-``previous`` paths) use are deleted by the next update: a reader that has read the pointer can finish
-while one more update happens.
+The image's JSON is ``{"format": 2, "channel": C, "watermark": {"id": I, "tid": T}, "keys": {...},
+"generation": G, "tables": {"db.table": {"path": "db/table", "version": V, "columns": [...], "key": [...],
+"rows": N, "complete": true|false, "snapshot": {"id": S, "state": "running"|"done"|"cancelled"} |
+null}}, "skipped": {"db.table": "why"}}``: every table as of the watermark is the Delta ``version`` V
+of the table in ``path``. An update commits each table it changes (a MERGE of the changed keys, or an
+overwrite), then the state: a reader of the state sees the old image or the new one, never a
+half-written one (:func:`read_image`), and :func:`as_of` reads the image as of an earlier channel id.
 
-An update killed at any point (kill -9) leaves the previous image current and is redone by the next
-one: a later update's new version is deleted and written again, and so are the version directories of
-a first update, which has no pointer yet (a directory without pointer that holds anything else is
-refused). A pointer replace that was killed is finished or undone by :meth:`OutputDir.read_json`.
+Every commit of an update is an idempotent write of Delta: application id ``gate-image:G`` and
+version I (the watermark's id), and the watermark as the commit's ``userMetadata``. An update killed
+at any point (kill -9) leaves the previous state current; the next one computes the same commits, and
+Delta skips those that were made already. A rebuild (``generation`` G+1) has its own application id.
+
+Folders of tables that were dropped or renamed stay (older versions of the image read them), until
+the image is rebuilt into a new directory. An image of an older gate (Parquet behind
+``_gate_image.json``) is removed and rebuilt.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from gate.common.config import check_identifier
 from gate.common.errors import MaterialiseError
 from spark_readers.load import OutputDir
 
 log = logging.getLogger(__name__)
 
-POINTER = "_gate_image.json"
-LEGACY_MARKER = "_gate_materialised"  # images of older gates: OUT/DB/TABLE, replaced as a whole
-FORMAT = 1
+STATE = "_gate"
+LEGACY = ("_gate_image.json", "_gate_materialised")  # the pointer or marker of an older gate's image
+FORMAT = 2
+_TXN = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion",
+        "spark.databricks.delta.commitInfo.userMetadata")
 
 
 @dataclass
@@ -49,6 +56,7 @@ class TableImage:
     rows: int
     complete: bool  # the image holds the whole table: created, truncated or snapshotted within the history
     snapshot: dict[str, Any] | None = None  # the latest snapshot: {"id", "state"}
+    version: int = 0  # the Delta version of the table in ``path`` that is this image's
 
 
 @dataclass
@@ -58,11 +66,7 @@ class Image:
     keys: dict[str, list[str]]
     tables: dict[str, TableImage]
     skipped: dict[str, str] = field(default_factory=dict)
-    previous: list[str] = field(default_factory=list)
-
-    def versions(self) -> set[str]:
-        """The version directories its tables and its predecessor's (``previous``) are in."""
-        return {path.split("/")[0] for path in [*(t.path for t in self.tables.values()), *self.previous]}
+    generation: int = 0  # 0 for the first build, one more for each rebuild into the same directory
 
     def as_json(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self)}
@@ -71,87 +75,139 @@ class Image:
     def from_json(cls, data: dict[str, Any]) -> Image:
         return cls(data["channel"], data["watermark"], data["keys"],
                    {name: TableImage(**table) for name, table in data["tables"].items()},
-                   data.get("skipped", {}), data.get("previous", []))
+                   data.get("skipped", {}), data.get("generation", 0))
 
 
-def version(watermark: int) -> str:
-    return f"v-{watermark:020d}"
+@dataclass(frozen=True)
+class Commit:
+    """What every Delta commit of one update carries: the idempotent-write id and version, the watermark."""
+
+    app_id: str
+    watermark: tuple[int, int]
+    channel: str | None
+
+    @property
+    def metadata(self) -> str:
+        return json.dumps({"channel": self.channel, "watermark": {"id": self.watermark[0], "tid": self.watermark[1]}})
+
+    def writer_options(self) -> dict[str, str]:
+        return {"txnAppId": self.app_id, "txnVersion": str(self.watermark[0]), "userMetadata": self.metadata}
+
+
+@contextmanager
+def committing(spark: SparkSession, commit: Commit) -> Iterator[None]:
+    """Delta DML (MERGE) in the block is an idempotent write of ``commit``."""
+    for key, value in zip(_TXN, (commit.app_id, str(commit.watermark[0]), commit.metadata)):
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in _TXN:
+            spark.conf.unset(key)
+
+
+def table_version(spark: SparkSession, url: str) -> int:
+    """The latest version of the Delta table at ``url``."""
+    return int(DeltaTable.forPath(spark, url).history(1).collect()[0]["version"])
 
 
 class ImageStore:
-    """One image directory: its current image, new versions, the pointer swap and the clean-up."""
+    """One image directory: its current image, its tables' folders and the state's commits."""
 
     def __init__(self, spark: SparkSession, path: str) -> None:
         self.spark = spark
         self.out = OutputDir(spark, path)
 
+    def url(self, relative: str) -> str:
+        return str(self.out.child(relative).toString())
+
+    def _has_state(self) -> bool:
+        return self.out.exists(f"{STATE}/_delta_log")
+
     def current(self, channel: str | None) -> Image | None:
         """The current image (None for a new or empty directory, or one of an older gate, which is cleared)."""
-        stored = self.out.read_json(POINTER)
-        if stored is None:
+        if not self._has_state():
             self._clear()
             return None
-        image = Image.from_json(stored)
+        image = self.read(self.spark.read.format("delta").load(self.url(STATE)))
         if channel is not None and image.channel not in (None, channel):
             raise MaterialiseError(f"{self.out.url} holds images of channel '{image.channel}', not '{channel}'. "
                                    "Give each channel its own image directory.")
         return image
 
+    @staticmethod
+    def read(state: DataFrame) -> Image:
+        return Image.from_json(json.loads(state.first()["image"]))  # type: ignore[index]
+
     def _clear(self) -> None:
-        """Make a directory without pointer empty: remove an image of an older gate (its marker last, so a
-        clear that was killed is done again), or the version directories of a first update that was killed
-        before it wrote the pointer; refuse a directory holding anything else."""
+        """Make a directory without state fit for a first update: remove an older gate's image (its pointer
+        or marker last, so a clear that was killed is done again); keep the Delta tables of a first update
+        that was killed (its commits are made again or skipped); refuse a directory holding anything else."""
         names = [s.getPath().getName() for s in self.out.fs.listStatus(self.out.root)] \
             if self.out.fs.exists(self.out.root) else []
-        if LEGACY_MARKER in names:
-            names.remove(LEGACY_MARKER)
-            names.append(LEGACY_MARKER)
-        elif any(not name.startswith("v-") for name in names):
-            raise MaterialiseError(f"{self.out.url} is not empty and holds no image (no {POINTER}): give a new "
-                                   "or empty directory for the table images.")
-        if names:
-            log.info("removing %s from %s (no %s: an older gate's image, or a first update that was killed)",
-                     ", ".join(names), self.out.url, POINTER)
-        for name in names:
-            self.out.delete(name)
-
-    def new_version(self, watermark: int, current: Image | None) -> str:
-        """A fresh directory for the tables of the image at ``watermark``: one the current image does not use
-        (a rebuild at the same watermark gets a suffix); a leftover of a killed update is removed."""
-        used = current.versions() if current else set()
-        name = version(watermark)
-        serial = 0
-        while name in used:
-            serial += 1
-            name = f"{version(watermark)}.{serial}"
-        if self.out.exists(name):
-            self.out.delete(name)
-        return name
-
-    def path(self, relative: str) -> str:
-        return str(self.out.child(relative).toString())
-
-    def publish(self, image: Image, before: Image | None) -> None:
-        """Make ``image`` current (one rename), then delete the versions neither it nor ``before`` uses."""
-        used = {t.path for t in image.tables.values()}
-        image.previous = sorted({t.path for t in before.tables.values()} - used) if before else []
-        self.out.write_json(POINTER, image.as_json())
-        self.clean(image)
-
-    def clean(self, image: Image) -> None:
-        """Delete the version directories neither ``image`` (the current one) nor its predecessor uses."""
-        keep = image.versions()
-        for status in self.out.fs.listStatus(self.out.root):
-            name = status.getPath().getName()
-            if name.startswith("v-") and name not in keep:
+        legacy = [n for n in LEGACY if n in names]
+        if legacy:
+            log.info("removing the image of an older gate from %s: it is rebuilt as Delta tables", self.out.url)
+            for name in [n for n in names if n not in legacy] + legacy:
                 self.out.delete(name)
+            return
+        for name in names:
+            status = [s for s in self.out.fs.listStatus(self.out.child(name))] if self.out.fs.isDirectory(
+                self.out.child(name)) else []
+            if not status or not all(self.out.exists(f"{name}/{s.getPath().getName()}/_delta_log") for s in status):
+                raise MaterialiseError(f"{self.out.url} is not empty and holds no image (no {STATE}): give a new "
+                                       "or empty directory for the table images.")
+
+    def publish(self, image: Image, commit: Commit) -> None:
+        """Make ``image`` current: one commit of the state (skipped when made already)."""
+        frame = self.spark.createDataFrame([(json.dumps(image.as_json()),)], "image string")
+        frame.write.format("delta").mode("overwrite").options(**commit.writer_options()).save(self.url(STATE))
+
+
+def _tables(spark: SparkSession, store: ImageStore, image: Image) -> dict[str, DataFrame]:
+    return {name: spark.read.format("delta").option("versionAsOf", table.version).load(store.url(table.path))
+            for name, table in image.tables.items()}
 
 
 def read_image(spark: SparkSession, path: str) -> dict[str, DataFrame]:
-    """Every table of the current image in ``path``: ``{"db.table": DataFrame}``."""
-    stored = OutputDir(spark, path).read_json(POINTER)
-    if stored is None:
-        raise MaterialiseError(f"{path} holds no table image ({POINTER} is missing).")
-    image = Image.from_json(stored)
+    """Every table of the current image in ``path``: ``{"db.table": DataFrame}``, each at the image's version."""
     store = ImageStore(spark, path)
-    return {name: spark.read.parquet(store.path(table.path)) for name, table in image.tables.items()}
+    if not store._has_state():
+        raise MaterialiseError(f"{path} holds no table image ({STATE} is missing).")
+    return _tables(spark, store, store.read(spark.read.format("delta").load(store.url(STATE))))
+
+
+def as_of(spark: SparkSession, path: str, channel_id: int) -> dict[str, DataFrame]:
+    """The tables of the image in ``path`` as they were with every row up to ``channel_id`` applied: the
+    newest update whose watermark is at or below it (Delta time travel of the state and of each table)."""
+    store = ImageStore(spark, path)
+    if not store._has_state():
+        raise MaterialiseError(f"{path} holds no table image ({STATE} is missing).")
+    versions = [(json.loads(row["userMetadata"])["watermark"]["id"], row["version"])
+                for row in DeltaTable.forPath(spark, store.url(STATE)).history().select("version", "userMetadata")
+                .collect() if row["userMetadata"]]
+    older = [version for watermark, version in versions if watermark <= channel_id]
+    if not older:
+        first = min(watermark for watermark, _ in versions)
+        raise MaterialiseError(f"The image in {path} starts at channel id {first}: there is no image as of "
+                               f"{channel_id}. Give an id at or after {first}.")
+    state = spark.read.format("delta").option("versionAsOf", max(older)).load(store.url(STATE))
+    return _tables(spark, store, store.read(state))
+
+
+def register_tables(spark: SparkSession, path: str, database: str) -> list[str]:
+    """Register the current image's tables in Spark's catalog as ``database.DB_TABLE`` (external Delta
+    tables at their folders; a table registered already is pointed at its current folder); their names."""
+    check_identifier(database, "Database name")
+    store = ImageStore(spark, path)
+    image = store.current(None)
+    if image is None:
+        raise MaterialiseError(f"{path} holds no table image ({STATE} is missing).")
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+    names = []
+    for name, table in sorted(image.tables.items()):
+        qualified = f"`{database}`.`{name.replace('.', '_')}`"
+        spark.sql(f"DROP TABLE IF EXISTS {qualified}")  # external: only the catalog entry goes
+        spark.sql(f"CREATE TABLE {qualified} USING DELTA LOCATION '{store.url(table.path)}'")
+        names.append(f"{database}.{name.replace('.', '_')}")
+    return names

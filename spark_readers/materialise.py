@@ -1,4 +1,4 @@
-"""Materialise: the current image of every captured table, kept up to date incrementally.
+"""Materialise: the current image of every captured table as Delta tables, kept up to date incrementally.
 
 The image (see spark_readers.image for its layout and how readers find it) records its watermark,
 the last row applied. An update applies only the rows after it, read from the increments
@@ -29,8 +29,10 @@ changed by the DDL after it.
 
 Only the few DDL rows are brought to the driver, which works out each table's timeline, starting from
 the stored image's tables; the new rows are matched to it with a broadcast join and reduced per key
-in Spark. A table's stored rows whose key the new rows do not touch are kept by an anti-join (no
-shuffle of the image); a table no new row or DDL touched keeps its files.
+in Spark. A table whose rows the update only changes (no DDL, no TRUNCATE or snapshot) gets one
+Delta MERGE of its changed keys (a deleted key is deleted, a live one inserted or updated); any other
+table that changed is rewritten (a Delta overwrite: its stored rows whose key the new rows do not
+touch, kept by an anti-join, and the new ones); a table no new row or DDL touched keeps its version.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
-from spark_readers.image import Image, ImageStore, TableImage
+from spark_readers.image import Commit, Image, ImageStore, TableImage, committing, table_version
 from spark_readers.load import OutputDir, read_cursor, read_increments
 from spark_readers.rows import ROW_OPTYPES
 from spark_readers.session import spark_job
@@ -374,8 +377,8 @@ def _stored_rows(spark: SparkSession, store: ImageStore, table: _Table, final: l
     identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
     columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
                for c in final]
-    return (spark.read.parquet(store.path(stored.path)).withColumn("_gate_key", identity)
-            .join(changed, "_gate_key", "left_anti").select(*columns))
+    return (spark.read.format("delta").option("versionAsOf", stored.version).load(store.url(stored.path))
+            .withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns))
 
 
 def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int], DataFrame], through: tuple[int, int],
@@ -396,20 +399,51 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
         log.info("rebuilding the image in %s from the whole history", out_path)
     watermark = start.watermark["id"] if start else 0
     if start is not None and through[0] <= watermark:
-        store.clean(start)  # what an update killed after its pointer replace left
         return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
+    generation = before.generation + (start is None) if before is not None else 0
+    commit = Commit(f"gate-image:{generation}", through, channel)
     history = rows_after(watermark).filter(F.col("id") > watermark).persist()
     try:
-        image = _apply(spark, store, store.new_version(through[0], before), history, start, through, channel, keys)
+        image = _apply(spark, store, commit, history, start, keys)
     finally:
         history.unpersist()
-    store.publish(image, before)
+    image.generation = generation
+    store.publish(image, commit)
     return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))
 
 
-def _apply(spark: SparkSession, store: ImageStore, folder: str, history: DataFrame, start: Image | None,
-           through: tuple[int, int], channel: str | None, keys: dict[str, list[str]]) -> Image:
-    """Write the tables the history changes into the new version ``folder``; the image that names them."""
+def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame, commit: Commit) -> None:
+    """MERGE the changed keys (``_gate_key``; ``alive`` False: deleted) into the Delta table at ``url``."""
+    identity = F.array(*[F.col(f"t.`{c}`") for c in (stored.key or sorted(stored.columns))])
+    values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in stored.columns}
+    # The MERGE's joins shuffle into one partition per core, not 200: 3x faster for a small change
+    # (measured: 14.6 s against 47.9 s on local[2]), as the rewrites coalesce to one per core too.
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    try:
+        with committing(spark, commit):
+            (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"),
+                                                             identity.eqNullSafe(F.col("s._gate_key")))
+             .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
+             .whenNotMatchedInsert(condition=F.col("s.alive"), values=values).execute())
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+
+
+def _folder(table: _Table, taken: set[str]) -> str:
+    """The folder of a table written anew: DB/TABLE, or DB/TABLE~N when another table of the image has it."""
+    base = "/".join(table.epochs[-1].name)
+    path, serial = base, 1
+    while path in taken:
+        serial += 1
+        path = f"{base}~{serial}"
+    return path
+
+
+def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: DataFrame, start: Image | None,
+           keys: dict[str, list[str]]) -> Image:
+    """Commit the tables the history changes, each as one Delta commit of ``commit``; the image that names
+    them."""
     skipped: dict[str, str] = {}
     live = _keyed(_timeline(history, start), keys, skipped)
     segments = spark.createDataFrame(
@@ -421,6 +455,7 @@ def _apply(spark: SparkSession, store: ImageStore, folder: str, history: DataFra
         F.count_if("alive").alias("rows"), F.count("*").alias("touched"),
         F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
     tables: dict[str, TableImage] = {}
+    taken = {t.stored.path for t in live if t.stored}
     for table in live:
         final = table.columns
         if final is None and table.key in stats:
@@ -434,9 +469,20 @@ def _apply(spark: SparkSession, store: ImageStore, folder: str, history: DataFra
         names, defaults = _backward(table, final)
         carried = table.stored if table.floor == 0 else None
         pk = list(table.epochs[-1].pk or [])
-        if carried and table.key not in stats and names[0] == {c: c for c in carried.columns} == {c: c for c in final}:
-            tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot)
-            continue  # no row and no column changed (perhaps renamed): the stored files stay the image
+        same = carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
+        if carried and same and table.key not in stats:
+            tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot,
+                                            carried.version)
+            continue  # no row and no column changed (perhaps renamed): the stored version stays the image
+        if carried and same and len(table.epochs) == 1:  # only rows changed: MERGE them
+            changes = latest.filter(F.col("table") == table.key).select(
+                *[_column(names, defaults, c) for c in final], F.col("key").alias("_gate_key"), "alive")
+            url = store.url(carried.path)
+            _merge(spark, url, carried, changes, commit)
+            version = table_version(spark, url)
+            tables[table.name] = TableImage(carried.path, final, pk, _count(spark, url, version), table.complete,
+                                            table.snapshot, version)
+            continue
         frame = latest.filter(F.col("alive") & (F.col("table") == table.key)).select(
             *[_column(names, defaults, c) for c in final])
         if carried:
@@ -444,12 +490,21 @@ def _apply(spark: SparkSession, store: ImageStore, folder: str, history: DataFra
             if table.key not in stats or stats[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
                 changed = F.broadcast(changed)
             frame = _stored_rows(spark, store, table, final, names[0], defaults, changed).unionByName(frame)
-        path = f"{folder}/{'/'.join(table.epochs[-1].name)}"
-        frame.write.parquet(store.path(path))
-        tables[table.name] = TableImage(path, final, pk, spark.read.parquet(store.path(path)).count(),
-                                        table.complete, table.snapshot)
+        own = table.stored.path if table.stored else None
+        path = own if own == "/".join(table.epochs[-1].name) else _folder(table, taken)
+        taken.add(path)
+        url = store.url(path)
+        (frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .options(**commit.writer_options()).save(url))
+        version = table_version(spark, url)
+        tables[table.name] = TableImage(path, final, pk, _count(spark, url, version), table.complete, table.snapshot,
+                                        version)
     latest.unpersist()
-    return Image(channel, {"id": through[0], "tid": through[1]}, keys, tables, skipped)
+    return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped)
+
+
+def _count(spark: SparkSession, url: str, version: int) -> int:
+    return spark.read.format("delta").option("versionAsOf", version).load(url).count()
 
 
 def materialise(spark: SparkSession, increments: str, out_path: str, channel: str | None = None,

@@ -1,8 +1,7 @@
 """spark_readers.source (format("gate")) on a real DC and Spark local[2]: the rows equal the JDBC reader's,
 micro-batches end at transaction boundaries, consumers are registered, expired cursors refused; the
 README's cluster recipe reads and streams on a standalone cluster; a streaming query killed -9 loses and
-doubles no row; image updates crashed or killed at any point are redone. One SparkSession serves the
-module."""
+doubles no row (the table images: tests/test_images.py). One SparkSession serves the module."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,20 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow
-import pyarrow.parquet as pq
 import pyspark
 import pytest
-from pyspark.sql import DataFrameWriter, SparkSession
+from pyspark.sql import SparkSession
 
 from gate.common.config import ServerConfig
 from gate.common.dc import connect
-from gate.common.errors import CursorExpiredError, MaterialiseError, RowsMissing
+from gate.common.errors import CursorExpiredError, RowsMissing
 from gate.devtools.sandbox import Sandbox, free_port
-from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
-from spark_readers.image import LEGACY_MARKER, POINTER, ImageStore, read_image
+from gate.devtools.synthetic import RandomHistory, SyntheticChannel
 from spark_readers.incremental import read_increment
-from spark_readers.load import OutputDir
-from spark_readers.materialise import ImageUpdater, materialise_channel
 from spark_readers.rows import to_batch
 from spark_readers.session import MARIADB_JAR, ChannelSource
 from spark_readers.source import transaction_end
@@ -127,229 +121,6 @@ def test_transaction_end(start: int, want: int, expected: int) -> None:
 
     assert transaction_end(start, want, 10, tid_of) == expected
     assert len(looked) <= 8
-
-
-Tables = dict[str, tuple[list[str], list[tuple[Any, ...]]]]
-
-
-def image_tables(spark: SparkSession, out: Path) -> Tables:
-    return {name: (frame.columns, sorted((tuple(row) for row in frame.collect()), key=repr))
-            for name, frame in read_image(spark, str(out)).items()}
-
-
-def model_tables(model: ImageModel) -> Tables:
-    return {name: (table.columns, sorted((tuple(row[c] for c in table.columns) for row in table.rows.values()), key=repr))
-            for name, table in model.tables.items()}
-
-
-def test_incremental_images_equal_a_full_rebuild(spark: SparkSession, sandbox: Sandbox, unique_name: str,
-                                                 tmp_path: Path) -> None:
-    """Three incremental updates of one image equal one rebuild from the whole history and the images a
-    consumer applying the rows holds: key changes, ADD/DROP COLUMN, TRUNCATE, RENAME, DROP and CREATE
-    again, snapshots done and cancelled (each after a row the snapshot must make the image forget)."""
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
-    history = RandomHistory(SyntheticChannel(connect(dc, "DC", unique_name), unique_name), "shop", seed=7,
-                            ddl_rate=0.04, snapshot_rate=0.02)
-    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
-    for _ in range(3):
-        history.run(60)
-        materialise_channel(spark, source, str(tmp_path / "inc"))
-        pointer = json.loads((tmp_path / "inc" / POINTER).read_text())
-        assert pointer["watermark"] == {"id": history.channel.id, "tid": history.channel.tid}
-        assert image_tables(spark, tmp_path / "inc") == model_tables(history.model)
-    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
-        cur.execute("SELECT optype, COUNT(*) FROM transfer_data GROUP BY optype")
-        optypes = dict(cur.fetchall())
-        cur.execute("SELECT COUNT(*) FROM transfer_data WHERE optype = 'UPDATE' AND "
-                    "JSON_VALUE(data, '$.NEW[0].id') <> JSON_VALUE(data, '$.OLD[0].id')")
-        assert cur.fetchone()[0] > 0  # key changes
-    assert set(optypes) == {"CREATETABLE", "INSERT", "UPDATE", "DELETE", "ALTERTABLE", "TRUNCATE", "RENAME",
-                            "DROPTABLE", "SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"}
-    result = materialise_channel(spark, source, str(tmp_path / "full"))
-    assert image_tables(spark, tmp_path / "full") == image_tables(spark, tmp_path / "inc")
-    assert result.tables == {name: len(rows) for name, (_, rows) in model_tables(history.model).items()}
-    versions = {p.name for p in (tmp_path / "inc").iterdir() if p.name.startswith("v-")}
-    assert 1 <= len(versions) <= 2  # versions no pointer uses are gone
-
-
-def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthetic: Synthetic, tmp_path: Path) -> None:
-    """ImageUpdater applies each micro-batch; the image equals the model; a replayed batch changes nothing."""
-    out = str(tmp_path / "image")
-    updater = ImageUpdater(out, synthetic.channel)
-    query = (spark.readStream.format("gate").options(**options(synthetic, maxRowsPerTrigger=1000)).load()
-             .writeStream.foreachBatch(updater).option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
-    assert pointer["watermark"]["id"] == synthetic.history.channel.id
-    assert image_tables(spark, tmp_path / "image") == model_tables(synthetic.history.model)
-    first = spark.read.format("gate").options(**options(synthetic, endingId=600)).load()
-    updater(first, 0)  # Spark replays a batch after a crash: the image is past it
-    assert json.loads((tmp_path / "image" / POINTER).read_text()) == pointer
-    statuses = {t["snapshot"]["state"] for t in pointer["tables"].values() if t["snapshot"]}
-    assert statuses and statuses <= {"done", "cancelled"}  # every snapshot of the history ended
-
-
-class Crash(BaseException):
-    """Raised right after a write of an image update: like a kill -9 there, nothing after it runs (the
-    updater's ``finally`` only unpersists cached frames)."""
-
-
-class Writes:
-    """Every write of an image update, in order: a Spark Parquet write, and each create, close, rename,
-    delete or mkdirs through an OutputDir's file systems; raises Crash right after write ``crash_at``."""
-
-    MUTATING = ("create", "close", "rename", "delete", "mkdirs")
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.done: list[str] = []
-        self.crash_at: int | None = None
-        writes = self
-        init, parquet = OutputDir.__init__, DataFrameWriter.parquet
-
-        def traced_init(out: OutputDir, spark: SparkSession, path: str) -> None:
-            init(out, spark, path)
-            fs = writes.trace(out.fs)
-            out._plain, out.fs = fs if out._plain is out.fs else writes.trace(out._plain), fs
-
-        def traced_parquet(writer: DataFrameWriter, path: str, *args: Any, **kwargs: Any) -> None:
-            parquet(writer, path, *args, **kwargs)
-            writes.wrote(f"parquet {path}")
-
-        monkeypatch.setattr(OutputDir, "__init__", traced_init)
-        monkeypatch.setattr(DataFrameWriter, "parquet", traced_parquet)
-
-    def wrote(self, what: str) -> None:
-        self.done.append(what)
-        if len(self.done) == self.crash_at:
-            raise Crash(what)
-
-    def trace(self, target: Any) -> Any:
-        writes = self
-
-        class Traced:
-            def __getattr__(self, name: str) -> Any:
-                method = getattr(target, name)
-                if name not in Writes.MUTATING:
-                    return method
-
-                def call(*args: Any) -> Any:
-                    result = method(*args)
-                    if name == "create":  # the stream: its close is a write too
-                        result = writes.trace(result)
-                    writes.wrote(f"{name} {args[0] if args else ''}")
-                    return result
-
-                return call
-
-        return Traced()
-
-
-def stored_image(out: Path) -> tuple[str, list[str], Tables]:
-    """The pointer, the directory's entries and the tables (read with pyarrow, no Spark job)."""
-    pointer = (out / POINTER).read_text()
-    tables = {name: (table["columns"], sorted((tuple(row.values()) for row in
-                                               pq.read_table(out / table["path"]).to_pylist()), key=repr))
-              for name, table in json.loads(pointer)["tables"].items()}
-    return pointer, sorted(os.listdir(out)), tables
-
-
-# The kinds of writes an update crashes after (the first of each kind): a first update (no pointer yet)
-# and a later one, which deletes the versions no longer used (an older pointer beside a new .tmp, the
-# later update's create and close, is the state spark_readers.load's cursor tests leave).
-CRASHES = {0: ["parquet", "create", "close", "rename"], 2: ["parquet", "rename", "delete"]}
-
-
-def test_an_image_update_crashed_after_any_write_is_redone(spark: SparkSession, synthetic: Synthetic,
-                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           request: pytest.FixtureRequest) -> None:
-    """The first update of an image and a later one (the third), each crashed right after a write of
-    each kind in turn and run again as Spark replays the batch: the pointer, the directory's entries and
-    the tables equal an uninterrupted update's."""
-    end = synthetic.history.channel.id
-    batches = []
-    for first, last in [(1, end // 2), (end // 2 + 1, end - 50), (end - 49, end)]:
-        path = str(tmp_path / f"batch{first}")  # in Parquet: read again by every update, cheaply
-        spark.read.format("gate").options(**options(synthetic, startingId=first, endingId=last)).load() \
-            .write.parquet(path)
-        batches.append(spark.read.parquet(path))
-    writes = Writes(monkeypatch)
-    spark.conf.set("spark.sql.shuffle.partitions", "2")  # small batches: 200 tasks per shuffle take longer
-    request.addfinalizer(lambda: spark.conf.unset("spark.sql.shuffle.partitions"))
-    before = tmp_path / "empty"
-    before.mkdir()
-    kinds: dict[int, list[str]] = {}
-    for number, batch in enumerate(batches):
-        clean = tmp_path / f"clean{number}"
-        shutil.copytree(before, clean)
-        writes.done, writes.crash_at = [], None
-        ImageUpdater(str(clean), synthetic.channel)(batch, number)
-        expected = stored_image(clean)
-        points = [next(i for i, p in enumerate(writes.done, 1) if p.startswith(kind)) for kind in CRASHES.get(number, [])]
-        for crash_at in points:
-            out = tmp_path / f"update{number}-{crash_at}"
-            shutil.copytree(before, out)
-            writes.done, writes.crash_at = [], crash_at
-            with pytest.raises(Crash) as crash:
-                ImageUpdater(str(out), synthetic.channel)(batch, number)
-            kinds.setdefault(number, []).append(str(crash.value).split(" ")[0])
-            writes.crash_at = None
-            ImageUpdater(str(out), synthetic.channel)(batch, number)
-            assert stored_image(out) == expected, crash.value
-            shutil.rmtree(out)
-        before = clean
-    assert kinds == CRASHES
-    assert stored_image(before)[2] == model_tables(synthetic.history.model)
-
-
-def test_an_image_stream_killed_9_in_its_first_version_recovers(synthetic: Synthetic, tmp_path: Path) -> None:
-    """foreachBatch(ImageUpdater) killed -9 while it writes the image's first version (a version directory,
-    no pointer yet), then restarted: Spark replays the batch and the image equals the model."""
-    out, checkpoint = tmp_path / "image", tmp_path / "checkpoint"
-    command = [sys.executable, "-m", "tests.spark_job", "image", json.dumps(options(synthetic)), str(out),
-               str(checkpoint), "all"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not (out.is_dir() and any(p.name.startswith("v-") for p in out.iterdir())):
-            assert child.poll() is None and time.monotonic() < deadline, "the query wrote no version"
-            time.sleep(0.01)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    assert not (out / POINTER).exists()
-    finish = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    assert finish.returncode == 0, finish.stderr[-3000:]
-    assert json.loads((out / POINTER).read_text())["watermark"]["id"] == synthetic.history.channel.id
-    assert stored_image(out)[2] == model_tables(synthetic.history.model)
-
-
-def test_an_older_gates_image_cleared_halfway_is_cleared_again(spark: SparkSession, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """An image of an older gate (a marker beside OUT/DB/TABLE) is removed by the next update, its marker
-    last: a crash half-way leaves the marker, and the next update removes the rest. A directory without
-    pointer that holds anything else is refused and left as it is."""
-    writes = Writes(monkeypatch)
-    (tmp_path / "old" / "shop" / "t").mkdir(parents=True)
-    (tmp_path / "old" / "shop" / "t" / "part-0.parquet").write_bytes(b"old")
-    (tmp_path / "old" / LEGACY_MARKER).write_text("")
-    writes.crash_at = 1
-    with pytest.raises(Crash, match="delete .*/old/shop$"):
-        ImageStore(spark, str(tmp_path / "old")).current("c")
-    assert os.listdir(tmp_path / "old") == [LEGACY_MARKER]
-    writes.done, writes.crash_at = [], None
-    assert ImageStore(spark, str(tmp_path / "old")).current("c") is None
-    assert os.listdir(tmp_path / "old") == []
-    writes.done = []
-    (tmp_path / "other" / "v-1").mkdir(parents=True)
-    (tmp_path / "other" / "notes.txt").write_text("mine")
-    with pytest.raises(MaterialiseError, match=re.escape(
-            f"file:{tmp_path}/other is not empty and holds no image (no {POINTER}): give a new or empty "
-            "directory for the table images.")):
-        ImageStore(spark, str(tmp_path / "other")).current("c")
-    assert sorted(os.listdir(tmp_path / "other")) == ["notes.txt", "v-1"] and writes.done == []
 
 
 def small_channel(sandbox: Sandbox, name: str, transactions: int, seed: int = 1) -> tuple[ServerConfig, SyntheticChannel]:
@@ -545,49 +316,3 @@ def test_the_readmes_cluster_recipe_reads_and_streams(sandbox: Sandbox, unique_n
     last = channel.id
     assert result["typed"] == [[str(2**64 - 1), "-0.50", "c", last - 1], [str(2**64 - 1), "12.00", "u", last]]
     assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]
-
-
-def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox, unique_name: str,
-                                           tmp_path: Path) -> None:
-    """SNAPSHOTSTART with key []: the whole row is the identity; SNAPSHOTEND(done) marks the table complete,
-    a running snapshot leaves it incomplete; an update applies the rows after the watermark."""
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
-    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
-    model = ImageModel()
-    columns = [{"field_name": c, "nullable": "Yes", "primary_key": "No", "data_type": "text"} for c in ("a", "b")]
-
-    def row(a: str, b: str | None) -> list[dict[str, str | None]]:
-        return [{"a": a}, {"b": b}]
-
-    def write(*changes: tuple[str, dict[str, Any]]) -> None:
-        rows = [("shop", "nokey", optype, data) for optype, data in changes]
-        for change in rows:
-            model.apply(*change)
-        channel.write([rows])
-
-    channel.write([[("shop", "nokey", "INSERT", {"NEW": row("ghost", "x")})]])  # the snapshot must drop it
-    write(("SNAPSHOTSTART", {"NEW": columns, "SNAPSHOT": {"id": 9, "reason": "test", "key": []}}))
-    write(("SNAPSHOT", {"NEW": row("1", "x")}), ("SNAPSHOT", {"NEW": row("2", None)}))
-    out = str(tmp_path / "image")
-    source = login(dc, unique_name)
-    materialise_channel(spark, source, out)
-    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
-    assert pointer["tables"]["shop.nokey"] | {"path": ""} == {
-        "path": "", "columns": ["a", "b"], "key": [], "rows": 2, "complete": False,
-        "snapshot": {"id": 9, "state": "running"}}
-    write(("SNAPSHOT", {"NEW": row("3", "z")}))
-    write(("SNAPSHOTEND", {"SNAPSHOT": {"id": 9, "rows": 3, "state": "done"}}))
-    write(("UPDATE", {"NEW": row("2", "y"), "OLD": row("2", None)}), ("DELETE", {"OLD": row("3", "z")}),
-          ("INSERT", {"NEW": row("1", "x")}))  # the same row twice: one identity, one image row
-    materialise_channel(spark, source, out)
-    pointer = json.loads((tmp_path / "image" / POINTER).read_text())
-    assert pointer["tables"]["shop.nokey"]["complete"] is True
-    assert pointer["tables"]["shop.nokey"]["snapshot"] == {"id": 9, "state": "done"}
-    assert image_tables(spark, tmp_path / "image") == model_tables(model) == {
-        "shop.nokey": (["a", "b"], [("1", "x"), ("2", "y")])}
-    before = pointer["tables"]["shop.nokey"]["path"]
-    materialise_channel(spark, source, out, full=True)  # a rebuild at the same watermark: a directory of its own
-    rebuilt = json.loads((tmp_path / "image" / POINTER).read_text())
-    assert rebuilt["tables"]["shop.nokey"]["path"] == before.replace("/", ".1/", 1)
-    assert rebuilt["previous"] == [before] and (tmp_path / "image" / before).is_dir()
-    assert image_tables(spark, tmp_path / "image") == model_tables(model)

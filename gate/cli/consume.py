@@ -198,10 +198,11 @@ def spark_load(app: App, channel: str, out: str, master: str, partitions: int, m
               help="primary key of a table whose CREATE TABLE is not in the history (repeatable)")
 @click.option("--full", is_flag=True, help="rebuild the image from the whole history instead of applying the rows "
               "after its watermark")
+@click.option("--database", metavar="NAME", help="also register the tables in Spark's catalog as NAME.DB_TABLE")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL")
 @click.pass_obj
 def spark_materialise(app: App, channel: str, out: str, increments: str | None, keys: tuple[str, ...], full: bool,
-                      master: str) -> None:
+                      database: str | None, master: str) -> None:
     """Build or update the current image of every captured table.
 
     Applies the change history in id order, by primary key: inserts, updates (a primary-key change
@@ -209,8 +210,9 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
     (SNAPSHOTSTART empties the table, SNAPSHOT rows upsert, SNAPSHOTEND marks it complete). An
     image that exists is updated with the rows after its watermark only; --full rebuilds it. The
     rows come from the DC (format("gate")), or from DIR written by 'gate spark-load CHANNEL'. Each
-    update writes a new version and then swaps the pointer OUT/_gate_image.json, which names every
-    table's Parquet directory (one string column per column, values in the DC's text form). The
+    source table is a Delta Lake table OUT/DB/TABLE (one string column per column, values in the
+    DC's text form); an update MERGEs the changed keys into it (or rewrites a table whose columns
+    changed), then commits the image's state OUT/_gate, each as an idempotent Delta commit. The
     primary key comes from the table's CREATE TABLE or snapshot in the history, else from --key.
     Prints each table's row count; tables without a known key are listed and skipped.
 
@@ -219,7 +221,9 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
     \b
         gate spark-materialise shop --out /data/gate/shop_now
         gate spark-materialise shop --increments /data/gate/shop --out /data/gate/shop_now --key shop.legacy=id
+        gate spark-materialise shop --out /data/gate/shop_now --database lake
     """
+    from spark_readers.image import register_tables
     from spark_readers.materialise import materialise, materialise_channel, parse_keys
     from spark_readers.session import spark_job
 
@@ -231,6 +235,8 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
             source = ({"config": str(app.config.path.resolve())} if app.config.path else
                       {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})
             result = materialise_channel(spark, {"channel": channel, **source}, out, keys=parse_keys(keys), full=full)
+        if database is not None:
+            register_tables(spark, out, database)
     if app.as_json:
         click.echo(json.dumps({"tables": result.tables, "skipped": result.skipped}, indent=2))
         return

@@ -1,0 +1,97 @@
+"""The Delta table image: an incremental update against a full rebuild, in one run with Spark local[2].
+
+    .venv/bin/python scripts/bench/image.py                 # 1,000,000 rows of history, 1 % new
+    .venv/bin/python scripts/bench/image.py --rows 200000   # smaller
+
+Writes the synthetic history of scripts/bench/spark_source.py (one table of 6 columns; transactions of
+10 rows: 70 % inserts, 20 % updates, 10 % deletes) into a channel, builds the image (not timed),
+writes ``--new`` (1 %) more rows, then times ``image_incremental`` (the update: a MERGE of the changed
+keys) against ``image_full`` (a rebuild from the whole history into a new directory), median of
+``--repeat`` runs each (each incremental run on a fresh copy of the image before the new rows). Prints
+rows/s, seconds, the driver tree's CPU seconds and peak RSS, the speed-up, and checks both images hold
+the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from spark_source import DriverTree, History, timed  # beside this script: python puts its folder first on sys.path
+
+from gate.common.config import ServerConfig
+from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.devtools.sandbox import Sandbox
+from gate.devtools.synthetic import SyntheticChannel
+from spark_readers.image import read_image
+from spark_readers.materialise import materialise_channel
+from spark_readers.session import spark_session
+
+
+def measure(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path) -> dict[str, Any]:
+    tree = DriverTree()
+    tree.start()
+    spark = spark_session("local[2]")
+    options = {"channel": "bench", "host": dc.host, "port": str(dc.port), "user": dc.user,
+               "partitions": str(args.partitions)}
+    materialise_channel(spark, options, str(tmp / "before"))  # the image before the new rows
+    new = int(args.rows * args.new)
+    history.write(new)
+    everything = history.channel.id
+    runs: dict[str, list[dict[str, Any]]] = {"image_incremental": [], "image_full": []}
+    for attempt in range(args.repeat):
+        shutil.copytree(tmp / "before", tmp / f"inc{attempt}")
+        for name, rows, out in (("image_incremental", new, f"inc{attempt}"), ("image_full", everything, f"full{attempt}")):
+            figures: dict[str, Any] = {}
+            timed(name, rows, lambda out=out: materialise_channel(spark, options, str(tmp / out)), tree, figures)
+            runs[name].append(figures[name])
+    same = {d: sorted(tuple(r) for r in read_image(spark, str(tmp / d))["bench.t"].collect()) for d in ("inc0", "full0")}
+    tree.halt.set()
+    spark.stop()
+    median = {name: statistics.median(r["seconds"] for r in results) for name, results in runs.items()}
+    return {"runs": runs, "median_seconds": median,
+            "incremental_rows_per_s": round(new / median["image_incremental"]),
+            "speedup": round(median["image_full"] / median["image_incremental"], 1),
+            "same_rows": same["inc0"] == same["full0"], "live_rows": len(same["full0"]),
+            "peak_driver_tree_rss_mb": round(tree.peak / 2**20)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of history")
+    parser.add_argument("--new", type=float, default=0.01, help="new rows for the update, share of --rows")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement (the median is reported)")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--json", help="write the figures to this file too")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="gate-image-bench-") as tmp:
+        box = Sandbox(Path(tmp) / "servers", with_standby=False, tied_to_parent=True)
+        box.up()
+        try:
+            dc = ServerConfig("127.0.0.1", box.dc.port, "root")
+            with connect(dc, "DC") as conn:
+                create_channel(conn, ChannelSettings("bench", ServerConfig("127.0.0.1", box.source.port, "root")))
+            history = History(SyntheticChannel(connect(dc, "DC", "bench"), "bench"))
+            history.create()
+            started = time.perf_counter()
+            history.write(args.rows - 1)
+            print(f"wrote {args.rows} rows in {time.perf_counter() - started:.0f} s", flush=True)
+            figures.update(measure(args, dc, history, Path(tmp)))
+        finally:
+            box.down()
+    figures["machine_load_average_at_end"] = psutil.getloadavg()
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Delta Lake for Spark: where its jars are, fetching them once, and the session settings it needs.
+
+The jars (io.delta:delta-spark_2.13 and its dependencies) are fetched once, by ``scripts/setup.sh``
+(``python -m spark_readers.delta``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
+one folder per Delta version. Sessions then take them from there (``spark.jars``): no network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from gate.common.errors import MaterialiseError
+
+DELTA_VERSION = "4.4.0"  # io.delta:delta-spark_2.13 on Maven Central, built for Spark 4.2.0 (pinned in pyproject.toml)
+PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
+SETTINGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+IVY_SETTINGS = """<ivysettings><settings defaultResolver="central"/><resolvers>
+<ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/></resolvers></ivysettings>
+"""
+
+
+def jar_dir() -> Path:
+    """The folder holding the Delta jars of :data:`DELTA_VERSION`."""
+    root = os.environ.get("GATE_JARS") or str(Path.home() / ".cache" / "gate" / "jars")
+    return Path(root) / f"delta-{DELTA_VERSION}"
+
+
+def delta_jars() -> list[str]:
+    """The Delta jars, fetched by setup; a clear error when they are not there."""
+    folder = jar_dir()
+    jars = sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+    if not any(Path(j).name.startswith("delta-spark_") for j in jars):
+        raise MaterialiseError(f"The Delta Lake jars ({PACKAGE}) are not in {folder}: run scripts/setup.sh (or "
+                               "python -m spark_readers.delta) once with access to Maven Central.")
+    return jars
+
+
+def _artifact(jar: str) -> str:
+    """``jackson-core-2.13.5.jar`` -> ``jackson-core``."""
+    return re.sub(r"-\d[^-]*(-\d[^-]*)?\.jar$", "", jar)
+
+
+def fetch() -> Path:
+    """Resolve :data:`PACKAGE` with Spark's Ivy (from Maven Central) and copy its jars into :func:`jar_dir`."""
+    folder = jar_dir()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as ivy:
+        settings = Path(ivy) / "ivysettings.xml"  # Maven Central only: not a partial ~/.m2 nor spark-packages
+        settings.write_text(IVY_SETTINGS)
+        spark = (SparkSession.builder.master("local[1]").appName("gate-fetch-delta")
+                 .config("spark.jars.packages", PACKAGE).config("spark.jars.ivy", ivy)
+                 .config("spark.jars.ivySettings", str(settings))
+                 .config("spark.ui.enabled", "false").getOrCreate())
+        spark.stop()
+        jars = list((Path(ivy) / "jars").glob("*.jar"))
+        if not any(j.name.startswith("io.delta_delta-spark") for j in jars):
+            raise MaterialiseError(f"Spark fetched no jar of {PACKAGE}: check access to Maven Central.")
+        staging = Path(tempfile.mkdtemp(dir=folder.parent))
+        provided = {_artifact(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+        for jar in jars:  # Ivy names them group_artifact-version.jar; Spark's own libraries stay Spark's
+            name = jar.name.split("_", 1)[1] if "_" in jar.name else jar.name
+            if _artifact(name) not in provided:
+                shutil.copy(jar, staging / name)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.move(str(staging), folder)
+    return folder
+
+
+def main() -> None:
+    """Fetch the Delta jars unless they are there already; print their folder."""
+    try:
+        delta_jars()
+    except MaterialiseError:
+        try:
+            fetch()
+        except Exception as exc:  # the JVM's own resolution error, whatever its class
+            sys.exit(f"error: could not fetch {PACKAGE} from Maven Central into {jar_dir()}: {exc}\n"
+                     "Check the network (or a proxy: Ivy takes -Dhttps.proxyHost through JAVA_TOOL_OPTIONS), "
+                     "then run scripts/setup.sh again.")
+    print(jar_dir())
+
+
+if __name__ == "__main__":
+    main()
