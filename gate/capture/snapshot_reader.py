@@ -46,7 +46,7 @@ from gate.common.retry import error_code, is_transient, refusal
 
 LOCK_WAIT = 2  # seconds a chunk's SELECT waits for a metadata lock
 MAX_STALE = 200  # snapshots opened in a row that the stream had already passed before the chunk is given up
-TABLE_DEFINITION_CHANGED, NO_SUCH_TABLE, LOCK_WAIT_TIMEOUT = 1412, 1146, 1205
+TABLE_DEFINITION_CHANGED, NO_SUCH_TABLE, LOCK_WAIT_TIMEOUT, BAD_FIELD = 1412, 1146, 1205, 1054
 Key = list[Any]  # key values as the text protocol gives them: str, or bytes for binary columns
 RAW_TYPES = ("uuid", "inet4", "inet6")  # MariaDB type plugins: bytes in the binlog, text in a SELECT
 TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
@@ -232,6 +232,8 @@ class Reader:
                 return Chunk("gone", f"{task.db}.{task.table} was dropped or renamed while it was snapshotted")
             if code == TABLE_DEFINITION_CHANGED:
                 return Chunk("retry", "its definition changed while the chunk was read (error 1412)")
+            if code == BAD_FIELD:  # a column dropped or renamed between reading the columns and the SELECT
+                return Chunk("retry", f"a column it selects was dropped or renamed before the chunk was read: {exc}")
             if code == LOCK_WAIT_TIMEOUT:
                 return Chunk("retry", f"its metadata lock was not granted within {LOCK_WAIT} s (a DDL holds it or "
                                       "waits for it)")
