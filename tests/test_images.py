@@ -122,12 +122,13 @@ def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthet
     assert statuses and statuses <= {"done", "cancelled"}  # every snapshot of the history ended
 
 
-def run_image_job(synthetic: Synthetic, out: Path, checkpoint: Path, killed_when: Any = None) -> None:
-    """tests.spark_job's image stream (foreachBatch(ImageUpdater), small batches) in a child process: killed
-    -9 as soon as ``killed_when()`` holds, else run until caught up."""
+def run_image_job(synthetic: Synthetic, out: Path, checkpoint: Path, killed_when: Any = None,
+                  rows_per_trigger: int = 400) -> None:
+    """tests.spark_job's image stream (foreachBatch(ImageUpdater), batches of ``rows_per_trigger``) in a child
+    process: killed -9 as soon as ``killed_when()`` holds, else run until caught up."""
     command = [sys.executable, "-m", "tests.spark_job", "image",
-               json.dumps(options(synthetic.dc, synthetic.channel, maxRowsPerTrigger=400)), str(out), str(checkpoint),
-               "all"]
+               json.dumps(options(synthetic.dc, synthetic.channel, maxRowsPerTrigger=rows_per_trigger)), str(out),
+               str(checkpoint), "all"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if killed_when is None:
         finish = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -153,7 +154,8 @@ def table_commits(out: Path) -> int:
 def test_an_image_stream_killed_9_at_any_point_recovers(synthetic: Synthetic, tmp_path: Path) -> None:
     """foreachBatch(ImageUpdater) killed -9 after a table's first commit (no state yet), then again after
     a later table commit (the state one update behind), then restarted: Spark replays the batch, Delta
-    skips the commits already made, and the image equals an uninterrupted stream's and the model."""
+    skips the commits already made, and the image equals an uninterrupted stream's (read in one batch: the
+    image does not depend on where batches end) and the model."""
     out, checkpoint = tmp_path / "image", tmp_path / "checkpoint"
     run_image_job(synthetic, out, checkpoint, lambda: table_commits(out) >= 1)
     assert not (out / STATE).exists()
@@ -161,7 +163,7 @@ def test_an_image_stream_killed_9_at_any_point_recovers(synthetic: Synthetic, tm
     run_image_job(synthetic, out, checkpoint, lambda: (out / STATE).exists() and table_commits(out) >= commits + 3)
     run_image_job(synthetic, out, checkpoint)
     clean = tmp_path / "clean"
-    run_image_job(synthetic, clean, tmp_path / "clean-checkpoint")
+    run_image_job(synthetic, clean, tmp_path / "clean-checkpoint", rows_per_trigger=1_000_000)  # one batch
     assert state(out)["watermark"]["id"] == synthetic.history.channel.id
     assert delta_rs_tables(out) == delta_rs_tables(clean) == model_tables(synthetic.history.model)
 
