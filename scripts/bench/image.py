@@ -19,17 +19,18 @@ import json
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
-from spark_source import DriverTree, History, timed  # beside this script: python puts its folder first on sys.path
+from spark_source import (  # beside this script: python puts its folder first on sys.path
+    DriverTree,
+    History,
+    bench_channel,
+    timed,
+)
 
 from gate.common.config import ServerConfig
-from gate.common.dc import ChannelSettings, connect, create_channel
-from gate.devtools.sandbox import Sandbox
-from gate.devtools.synthetic import SyntheticChannel
 from spark_readers.image import read_image
 from spark_readers.materialise import materialise_channel
 from spark_readers.session import spark_session
@@ -72,21 +73,9 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures to this file too")
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="gate-image-bench-") as tmp:
-        box = Sandbox(Path(tmp) / "servers", with_standby=False, tied_to_parent=True)
-        box.up()
-        try:
-            dc = ServerConfig("127.0.0.1", box.dc.port, "root")
-            with connect(dc, "DC") as conn:
-                create_channel(conn, ChannelSettings("bench", ServerConfig("127.0.0.1", box.source.port, "root")))
-            history = History(SyntheticChannel(connect(dc, "DC", "bench"), "bench"))
-            history.create()
-            started = time.perf_counter()
-            history.write(args.rows - 1)
-            print(f"wrote {args.rows} rows in {time.perf_counter() - started:.0f} s", flush=True)
-            figures.update(measure(args, dc, history, Path(tmp)))
-        finally:
-            box.down()
+    with tempfile.TemporaryDirectory(prefix="gate-image-bench-") as tmp, bench_channel(Path(tmp), args.rows) as (
+            dc, history):
+        figures.update(measure(args, dc, history, Path(tmp)))
     figures["machine_load_average_at_end"] = psutil.getloadavg()
     print(json.dumps(figures, indent=2))
     if args.json:

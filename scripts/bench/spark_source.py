@@ -15,10 +15,9 @@ rows: 70 % inserts, 20 % updates, 10 % deletes), then times, after a warm-up rea
 and, once each, unless ``--readers-only``:
 
 - ``jdbc_incremental_load``: the whole spark-load job (read, parse, Parquet, cursor);
-- ``gate_stream_parquet``: the stream into Parquet with a checkpointLocation;
-- ``image_full``: a full rebuild of the table image from the history (format("gate") from the DC)
-  after ``--new`` (1 %) more rows, against ``image_incremental``: the update of the image built before
-  them with just those rows.
+- ``gate_stream_parquet``: the stream into Parquet with a checkpointLocation.
+
+The table images (an incremental update against a rebuild) are measured by scripts/bench/image.py.
 
 Prints rows/s, seconds, the CPU seconds of the driver's process tree (Python, the JVM and its Python
 workers; not the MariaDB servers) and per row, the peak RSS of one Python worker, the load average
@@ -36,7 +35,8 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,8 @@ from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import Change, SyntheticChannel, cells
-from spark_readers.image import read_image
 from spark_readers.incremental import read_increment
 from spark_readers.load import load
-from spark_readers.materialise import materialise_channel
 from spark_readers.measure import _plain_scan
 from spark_readers.session import ChannelSource, spark_session
 
@@ -181,32 +179,39 @@ def table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@contextmanager
+def bench_channel(tmp: Path, rows: int) -> Iterator[tuple[ServerConfig, History]]:
+    """Private servers in ``tmp`` with a channel "bench" whose transfer_data holds ``rows`` rows of History;
+    the servers stop when the block ends."""
+    box = Sandbox(tmp / "servers", with_standby=False, tied_to_parent=True)
+    box.up()
+    try:
+        dc = ServerConfig("127.0.0.1", box.dc.port, "root")
+        with connect(dc, "DC") as conn:
+            create_channel(conn, ChannelSettings("bench", ServerConfig("127.0.0.1", box.source.port, "root")))
+        history = History(SyntheticChannel(connect(dc, "DC", "bench"), "bench"))
+        history.create()
+        started = time.perf_counter()
+        history.write(rows - 1)
+        print(f"wrote {rows} rows in {time.perf_counter() - started:.0f} s", flush=True)
+        yield dc, history
+    finally:
+        box.down()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of history")
-    parser.add_argument("--new", type=float, default=0.01, help="new rows for the image update, share of --rows")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--max-rows", type=int, default=100_000, help="maxRowsPerTrigger of the stream")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each reader (the median is kept)")
-    parser.add_argument("--readers-only", action="store_true", help="measure the four readers, skip load and images")
+    parser.add_argument("--readers-only", action="store_true", help="measure the four readers, skip the Parquet jobs")
     parser.add_argument("--json", help="write the figures to this file too")
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="gate-spark-bench-") as tmp:
-        box = Sandbox(Path(tmp) / "servers", with_standby=False, tied_to_parent=True)
-        box.up()
-        try:
-            dc = ServerConfig("127.0.0.1", box.dc.port, "root")
-            with connect(dc, "DC") as conn:
-                create_channel(conn, ChannelSettings("bench", ServerConfig("127.0.0.1", box.source.port, "root")))
-            history = History(SyntheticChannel(connect(dc, "DC", "bench"), "bench"))
-            history.create()
-            started = time.perf_counter()
-            history.write(args.rows - 1)
-            print(f"wrote {args.rows} rows in {time.perf_counter() - started:.0f} s", flush=True)
-            run(args, dc, history, Path(tmp), figures)
-        finally:
-            box.down()
+    with tempfile.TemporaryDirectory(prefix="gate-spark-bench-") as tmp, bench_channel(Path(tmp), args.rows) as (
+            dc, history):
+        run(args, dc, history, Path(tmp), figures)
     print(json.dumps(figures, indent=2))
     print(table(figures))
     if args.json:
@@ -232,8 +237,9 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
                   writer.foreachBatch(lambda frame, _: discard(frame)))
         writer.trigger(availableNow=True).start().awaitTermination()
 
-    discard(spark.read.format("gate").options(**options, endingId="20000").load())  # warm-ups
-    discard(_plain_scan(spark, source, 20_000, args.partitions))
+    warm = min(20_000, end)  # warm-ups (endingId above the checkpoint is refused)
+    discard(spark.read.format("gate").options(**options, endingId=str(warm)).load())
+    discard(_plain_scan(spark, source, warm, args.partitions))
     streams = iter(range(1_000_000))
     readers: dict[str, Callable[[], Any]] = {
         "plain_jdbc_scan": lambda: discard(_plain_scan(spark, source, end, args.partitions)),
@@ -248,17 +254,6 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
         timed("jdbc_incremental_load", end, lambda: load(spark, source, str(tmp / "load"), args.partitions), tree,
               figures)
         timed("gate_stream_parquet", end, lambda: stream("stream_parquet", True), tree, figures)
-        materialise_channel(spark, options, str(tmp / "image"))  # the image before the new rows
-        new = int(args.rows * args.new)
-        history.write(new)
-        everything = history.channel.id
-        timed("image_incremental", new, lambda: materialise_channel(spark, options, str(tmp / "image")), tree,
-              figures)
-        timed("image_full", everything, lambda: materialise_channel(spark, options, str(tmp / "full")), tree, figures)
-        same = [read_image(spark, str(tmp / d))["bench.t"].count() for d in ("image", "full")]
-        figures["image_incremental_speedup"] = round(figures["image_full"]["seconds"] /
-                                                     figures["image_incremental"]["seconds"], 1)
-        figures["image_rows"] = {"incremental": same[0], "full": same[1], "live_keys": len(history.live)}
     tree.halt.set()
     measured = [n for n in (*READERS, "jdbc_incremental_load", "gate_stream_parquet") if n in figures]
     figures["ratios_to_plain_jdbc_scan"] = {n: {"rows_per_s": round(figures[n]["rows_per_s"] / scan["rows_per_s"], 2),
