@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from click.testing import Result
@@ -27,6 +27,7 @@ from tests.replay import (
     server_config,
     table_contents,
     wait_caught_up,
+    wait_stopped,
 )
 
 Gate = Callable[..., Result]
@@ -149,6 +150,51 @@ def test_transaction_larger_than_a_batch_is_streamed_and_checkpointed_at_its_end
     rows = dc_rows(sandbox.dc, unique_name)
     assert len(rows) == 5000 and {r[1] for r in rows} == {1}
     assert json.loads(rows[-1][7]) == {"NEW": [{"id": "4999"}, {"v": "v4999"}]}
+
+
+def test_a_stop_in_the_middle_of_a_transaction_reads_it_to_its_end(
+        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop comes right after the second row event of the second transaction: gate reads on to that
+    transaction's end, writes it whole, stores the checkpoint after it and leaves nothing above it."""
+    from gate.capture import reader as reader_module
+    from gate.common.config import ChannelDefaults
+
+    db = f"src_{unique_name}"
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20))")
+        dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                          defaults=ChannelDefaults(batch_rows=10))
+        for txn in range(3):  # three transactions of five row events of 20 rows
+            conn.begin()
+            for event in range(5):
+                start = txn * 100 + event * 20
+                cur.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(start, start + 20)))
+            conn.commit()
+    running_pipeline: list[Pipeline] = []
+    original = reader_module.BinlogReader._items
+
+    def items(reader: reader_module.BinlogReader, stream: object) -> Iterator[reader_module.Item]:
+        row_events = 0
+        for item in original(reader, stream):
+            yield item
+            if type(item) is reader_module.Rows:
+                row_events += 1
+                if row_events == 7:
+                    while not running_pipeline:
+                        time.sleep(0.01)
+                    running_pipeline[0].stop()
+
+    monkeypatch.setattr(reader_module.BinlogReader, "_items", items)
+    with running(dc, unique_name) as pipeline:
+        running_pipeline.append(pipeline)
+        wait_stopped(pipeline, 60)
+    rows = dc_rows(sandbox.dc, unique_name)
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, tid FROM transfer_checkpoint")
+        assert cur.fetchone() == (200, 2)
+    assert [(row[0], row[1]) for row in rows] == [(i + 1, i // 100 + 1) for i in range(200)]
+    assert json.loads(rows[-1][7]) == {"NEW": [{"id": "199"}, {"v": "v199"}]}
 
 
 def test_start_from_a_gtid_position(sandbox: Sandbox, unique_name: str, gate: Gate) -> None:

@@ -138,6 +138,7 @@ class Ordering:
         self._job_stream: Any = None  # the library stream its events came from
         self._jobs = 0
         self._rows: list[DCRow] = []
+        self._open_at: int | None = None  # where in _rows the transaction applied without its end yet starts
         self._boundary: ResumeState | None = None
         self._chunks = 0
         self._chunk_since = time.monotonic()
@@ -235,6 +236,7 @@ class Ordering:
                 else:
                     self._number(decoded[op.index], op.timestamp)
             elif type(op) is BeginOp:
+                self._open_at = len(self._rows)
                 sequencer.begin()
                 if op.xid is not None:
                     if op.xid in self._resolved:  # its earlier use is resolved in this chunk: emit it first
@@ -242,6 +244,7 @@ class Ordering:
                     self.prepared.prepare(op.xid)
                 self._xid, self._unstored, self._stored = op.xid, [], 0
             elif type(op) is CommitOp:
+                self._open_at = None
                 if op.xa is not None:
                     self._xa_step(*op.xa, op.timestamp)
                 pos = op.position
@@ -270,11 +273,25 @@ class Ordering:
         self._chunks += 1
         rows, boundary, resolved, notes = self._rows, self._boundary, self._resolved, self._notes
         self._rows, self._boundary, self._resolved, self._notes = [], None, [], []
+        if self._open_at is not None:
+            self._open_at = 0
         self.emit(self._chunks, rows, boundary, resolved, notes)
 
-    def drain(self) -> None:
-        """Apply every operation and emit the last chunk: all that was read is now numbered."""
+    def drain(self, whole_transactions: bool = False) -> None:
+        """Apply every operation and emit the last chunk: all that was read is now numbered. With
+        ``whole_transactions`` (gate stopping), a transaction read without its end is left out, as far as
+        its rows are still here: its rows would lie above the last boundary, and the next run reads it
+        again from that boundary."""
+        if whole_transactions:
+            ops = self._ops
+            while ops and type(ops[-1]) in (RowsOp, StatementOp, BeginOp):
+                self._queued.pop()
+                if type(ops.pop()) is BeginOp:
+                    break
         self.apply(wait=True)
+        if whole_transactions and self._open_at is not None:
+            del self._rows[self._open_at:]
+            self._open_at = None
         self.flush()
 
     def _number(self, changes: list[Change], timestamp: int) -> None:

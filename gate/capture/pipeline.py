@@ -466,6 +466,7 @@ class Pipeline:
         next_progress = time.monotonic() + PROGRESS_EVERY
         next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
+        open_txn = False  # a transaction's start read without its end: a stop waits for the end
         for item in items:
             if type(item) is Rows:
                 if translator.filter.passes(item.event.schema, item.event.table):
@@ -478,10 +479,12 @@ class Pipeline:
                     self._reread_filter(translator, reader.boundary.describe())
                     ordering.set_rules(translator.rules)
                     engine.filter, engine.rules = translator.filter, translator.rules
+                open_txn = True
                 ordering.begin(item.xid)
                 engine.begin()
                 metrics.transaction_read()
             elif type(item) is Commit:
+                open_txn = False
                 self.stats.transactions += 1
                 metrics.last_event_time = item.timestamp
                 ordering.commit(item)
@@ -507,8 +510,8 @@ class Pipeline:
                 self._checkpoint(checkpointer)
             if self._failure is not None:
                 raise self._failure
-            if self._stopping.is_set():
-                break
+            if self._stopping.is_set() and (not open_txn or self._abandon.is_set()):
+                break  # between transactions, where the reader ends its stream too; at once on a second stop
             metrics.loop_at = now = time.monotonic()
             if now >= next_progress and checkpointer.state is not logged:
                 next_progress = now + PROGRESS_EVERY
@@ -516,7 +519,7 @@ class Pipeline:
                 log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
                          state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
         engine.abandon()
-        ordering.drain()
+        ordering.drain(whole_transactions=True)
 
     def _on_dc(self, work: Callable[[pymysql.Connection], T], doing: str = "a statement of gate's control "
                "connection") -> T:

@@ -227,7 +227,7 @@ class BinlogReader:
                     else:
                         delivered = 0 if isinstance(item, Commit) else delivered + 1
                         yield item
-                    if self._stopped:
+                    if self._stopped and not delivered:  # a stop ends the stream between transactions
                         break
             except (StreamLost, ConnectionFailed, pymysql.err.MySQLError, OSError) as exc:
                 if isinstance(exc, pymysql.err.MySQLError) and not is_transient(exc):
