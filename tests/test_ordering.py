@@ -194,6 +194,27 @@ def test_a_chunk_full_before_the_commit_is_emitted_without_that_transactions_bou
     assert [(no, [r[0] for r in rows], b and b.id) for no, rows, b in chunks.got] == [(1, [1, 2, 3], 1), (2, [4], 4)]
 
 
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_stop_leaves_out_the_transaction_read_without_its_end(hold: bool) -> None:
+    """gate stops with a transaction's start and rows read but not its end: its rows are not emitted, the
+    last chunk ends at the previous boundary (``hold``: the open transaction's rows are not decoded yet)."""
+    ordering, chunks = make(FakeDecoders(hold=hold))
+    feed(ordering, [BEGIN, row_event("a", 2), commit(100), BEGIN, row_event("b", 3), row_event("c", 1)])
+    ordering.drain(whole_transactions=True)
+    assert chunks.rows == [(1, 1, '{"NEW":["a.0"]}'), (2, 1, '{"NEW":["a.1"]}')]
+    assert chunks.boundaries == [(2, 1, 100)]
+
+
+def test_a_stop_after_a_chunk_of_the_open_transaction_went_out_leaves_out_the_rest() -> None:
+    """Rows of the open transaction already emitted (a full chunk) stay emitted, above the boundary, as
+    after a kill; the rest is not emitted."""
+    ordering, chunks = make(FakeDecoders(), batch_rows=2, job_bytes=1)
+    feed(ordering, [BEGIN, row_event("a", 1), commit(100), BEGIN, row_event("b", 1), row_event("c", 1)])
+    assert ordering.waiting == 0  # c.0 numbered, not emitted yet
+    ordering.drain(whole_transactions=True)
+    assert [(no, [r[0] for r in rows], b and b.id) for no, rows, b in chunks.got] == [(1, [1, 2], 1)]
+
+
 def test_a_transaction_with_no_captured_change_takes_no_tid_but_moves_the_boundary() -> None:
     ordering, chunks = make(FakeDecoders(), last_id=10, last_tid=4)
     feed(ordering, [BEGIN, commit(100), BEGIN, row_event("a", 1), commit(200), BEGIN, commit(300)])
