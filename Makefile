@@ -12,9 +12,11 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
-# The lint, then the tests. make test ARGS="-k channel" passes arguments to pytest.
+# The lint, then the tests on two workers (pytest-xdist: most tests wait on servers, processes and JVMs, so
+# two at a time fit two cores), a whole file per worker (tests/conftest.py sends the longest files first).
+# make test ARGS="-k channel" passes arguments to pytest; ARGS="-n 0" runs them in one process.
 test: lint
-	.venv/bin/python -m pytest -q $(ARGS)
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # The documentation site into site/ (open site/index.html): offline, strict (a warning fails it).
 docs: setup
