@@ -75,6 +75,16 @@ final class Rows {
         values[6] = utf8(instance);
         boolean empty = data == null || data.length == 0;
         if (ROW_OPTYPES.contains(optype)) {
+            Images fast = empty ? null : Images.read(data);
+            if (fast != null) {
+                Object[] named = fast.newKeys != null ? fast.newKeys : fast.oldKeys;
+                values[7] = named == null ? null : new GenericArrayData(named);
+                values[8] = fast.newKeys == null ? null
+                    : new ArrayBasedMapData(new GenericArrayData(fast.newKeys), new GenericArrayData(fast.newValues));
+                values[9] = fast.oldKeys == null ? null
+                    : new ArrayBasedMapData(new GenericArrayData(fast.oldKeys), new GenericArrayData(fast.oldValues));
+                return new GenericInternalRow(values);
+            }
             Image added = null;
             Image removed = null;
             if (!empty) {

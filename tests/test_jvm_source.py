@@ -1,0 +1,147 @@
+"""The JVM format("gate") (spark_readers/jvm) on a real DC and Spark local[2], against the Python source
+(format("gate_python")): the same rows in batch and stream, micro-batches ending at transactions, a restart
+from the checkpointLocation (either source's) losing and doubling nothing, no offset above the checkpoint,
+the clear errors for purged and missing rows, and no password in plans. One SparkSession serves the module."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from gate.common.dc import connect
+from gate.devtools.sandbox import Sandbox
+from gate.devtools.synthetic import RandomHistory, SyntheticChannel
+from spark_readers.source import jvm_source
+from tests.replay import make_channel
+from tests.test_spark_source import inserts, login, small_channel
+
+
+def rows(frame: DataFrame) -> list[Any]:
+    return frame.orderBy("id").collect()
+
+
+def test_batch_rows_equal_the_python_sources(spark: SparkSession, sandbox: Sandbox, unique_name: str) -> None:
+    """Every optype (snapshots, DDL, images of every shape RandomHistory writes), whole and in a range."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    history = RandomHistory(SyntheticChannel(connect(dc, "DC", unique_name), unique_name), "shop", seed=11)
+    history.run(300)
+    assert jvm_source(spark)
+    both = {name: spark.read.format(name).options(**login(dc, unique_name, partitions=3)) for name in
+            ("gate", "gate_python")}
+    jvm, python = rows(both["gate"].load()), rows(both["gate_python"].load())
+    assert [r.id for r in jvm] == list(range(1, history.channel.id + 1))
+    assert jvm == python
+    assert {r.optype for r in jvm} >= {"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND", "CREATETABLE", "RENAME"}
+    ranged = {name: rows(reader.options(startingId=40, endingId=90).load()) for name, reader in both.items()}
+    assert [r.id for r in ranged["gate"]] == list(range(40, 91)) and ranged["gate"] == ranged["gate_python"]
+
+
+def test_the_password_reaches_the_executors_but_no_plan(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    dc, channel = small_channel(sandbox, unique_name, 5)
+    secret = f"pw-{unique_name}-x"
+    with connect(dc, "DC") as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{unique_name}'@'%' IDENTIFIED BY '{secret}'")
+        cur.execute(f"GRANT SELECT ON {unique_name}.* TO '{unique_name}'@'%'")
+    monkeypatch.setenv("JVM_SOURCE_PW", secret)
+    frame = spark.read.format("gate").options(**login(dc, unique_name, user=unique_name, passwordEnv="JVM_SOURCE_PW"))
+    loaded = frame.load()
+    assert [r.id for r in loaded.select("id").collect()] == list(range(1, channel.id + 1))
+    plans = loaded._jdf.queryExecution().toString()
+    assert f"gate channel Login({unique_name}@{dc.host}:{dc.port}/{unique_name})" in plans
+    assert secret not in plans
+    with pytest.raises(Exception, match="takes no password option"):
+        spark.read.format("gate").options(**login(dc, unique_name, password=secret)).load()
+
+
+def stream(spark: SparkSession, source: str, options: dict[str, str], checkpoint: Path) -> list[list[tuple[int, int]]]:
+    """Run a streaming query of ``source`` to the end of what there is (Trigger.AvailableNow); its batches' (id, tid)."""
+    batches: list[list[tuple[int, int]]] = []
+    (spark.readStream.format(source).options(**options).load().writeStream
+     .foreachBatch(lambda frame, _: batches.append(sorted((r.id, r.tid) for r in frame.select("id", "tid").collect())))
+     .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start().awaitTermination())
+    return batches
+
+
+def tids(dc: Any, channel: str) -> dict[int, int]:
+    with connect(dc, "DC", channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, tid FROM transfer_data ORDER BY id")
+        return dict(cur.fetchall())
+
+
+def test_a_stream_ends_batches_at_transactions_and_restarts_from_either_sources_checkpoint(
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    dc, channel = small_channel(sandbox, unique_name, 30)
+    options = login(dc, unique_name, maxRowsPerTrigger=25, partitions=2, consumer="jvm")
+    first = stream(spark, "gate", options, tmp_path / "checkpoint")
+    python = stream(spark, "gate_python", options, tmp_path / "python")
+    assert first == python
+    known = tids(dc, unique_name)
+    assert [row for batch in first for row in batch] == sorted(known.items())
+    for batch in first:
+        last = batch[-1][0]
+        assert last == channel.id or known[last + 1] != known[last]  # no transaction is split
+        assert len(batch) <= 25 or len({tid for _, tid in batch}) == 1
+    read = channel.id
+    for source, seed in (("gate", 7), ("gate_python", 8), ("gate", 9)):  # each continues the other's offsets
+        channel.write(inserts(10, seed, first=channel.id + 1))
+        more = stream(spark, source, options, tmp_path / "checkpoint")
+        assert [row[0] for batch in more for row in batch] == list(range(read + 1, channel.id + 1)), source
+        read = channel.id
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id FROM gate_consumer WHERE name = 'jvm'")
+        assert cur.fetchone()[0] in (read, *(b[-1][0] for b in more))  # Spark commits a batch late
+
+
+def test_no_row_above_the_checkpoint_is_read_or_planned(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                        tmp_path: Path) -> None:
+    dc, channel = small_channel(sandbox, unique_name, 20)
+    known = tids(dc, unique_name)
+    held = max(i for i in known if i < channel.id - 10 and known[i + 1] != known[i])  # a transaction's end
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE transfer_checkpoint SET id = %s, tid = %s", (held, known[held]))
+    options = login(dc, unique_name, maxRowsPerTrigger=7)
+    assert [r.id for r in rows(spark.read.format("gate").options(**options).load())] == list(range(1, held + 1))
+    batches = stream(spark, "gate", options, tmp_path / "checkpoint")
+    assert [row[0] for batch in batches for row in batch] == list(range(1, held + 1))
+    with pytest.raises(Exception, match=re.escape(f"endingId={held + 1} is above the checkpoint of channel "
+                                                  f"'{unique_name}', {held}")):
+        spark.read.format("gate").options(**login(dc, unique_name, endingId=held + 1)).load().collect()
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:  # the channel made again, shorter
+        cur.execute("UPDATE transfer_checkpoint SET id = 3, tid = %s", (known[3],))
+    with pytest.raises(Exception, match=re.escape(
+            f"The query's offset, row {held}, is beyond the checkpoint of channel '{unique_name}' (row 3): rows above "
+            f"the checkpoint may be missing or incomplete, and reading on from there would skip rows 4 to {held} "
+            "without a word. Was the channel dropped and created again? Start the query with a new checkpointLocation.")):
+        stream(spark, "gate", options, tmp_path / "checkpoint")
+
+
+def test_purged_and_missing_rows_give_the_clear_errors(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                       tmp_path: Path) -> None:
+    dc, channel = small_channel(sandbox, unique_name, 10)
+    options = login(dc, unique_name, partitions=1)
+    assert stream(spark, "gate", options, tmp_path / "checkpoint")  # the query's offset: the checkpoint
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM transfer_data WHERE id IN (7, 8)")
+    with pytest.raises(Exception, match=re.escape(
+            f"RowsMissing: Channel '{unique_name}': rows 1 to {channel.id} are not all there ({channel.id - 2} of "
+            f"{channel.id}), yet retention has removed none of them")):
+        spark.read.format("gate").options(**options).load().collect()
+    end = channel.id
+    channel.write(inserts(5, 3, first=end + 1))
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', %s)", (str(end + 2),))
+        cur.execute("DELETE FROM transfer_data WHERE id <= %s", (end + 2,))
+    expired = (f"CursorExpiredError: Channel '{unique_name}' no longer holds the rows after cursor id {end}: retention "
+               f"has removed every row up to id {end + 2}, so the oldest kept row is {end + 3} (the channel's retention "
+               f"is off now (retain_days 0)), and rows {end + 1} to {end + 2} cannot be read again. Restart from the "
+               f"oldest kept row (option startingId={end + 3}, or a new checkpointLocation)")
+    with pytest.raises(Exception, match=re.escape(expired)):
+        stream(spark, "gate", options, tmp_path / "checkpoint")
+    with pytest.raises(Exception, match=re.escape(expired.replace(f"cursor id {end}", "cursor id 4").replace(
+            f"rows {end + 1} to", "rows 5 to"))):
+        spark.read.format("gate").options(**login(dc, unique_name, startingId=5)).load().collect()
