@@ -55,8 +55,9 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
 
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
     the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
-    defaults to ``local[2]``, ``jars``, the gate source's jar and the Delta jars are added and Python workers use this Python (unless PYSPARK_PYTHON says otherwise). With a
-    ``local`` master the driver binds to 127.0.0.1 (SPARK_LOCAL_IP, unless already set).
+    defaults to ``local[2]``, ``jars``, the gate source's jar and the Delta jars are added and Python workers
+    use this Python (unless PYSPARK_PYTHON says otherwise). With a ``local`` master the driver binds to
+    127.0.0.1 (SPARK_LOCAL_IP, unless already set).
     """
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit

@@ -27,8 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 import pymysql
-from pyspark import SparkFiles
 from py4j.protocol import Py4JJavaError
+from pyspark import SparkFiles
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow

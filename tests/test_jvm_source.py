@@ -40,6 +40,44 @@ def test_batch_rows_equal_the_python_sources(spark: SparkSession, sandbox: Sandb
     assert [r.id for r in ranged["gate"]] == list(range(40, 91)) and ranged["gate"] == ranged["gate_python"]
 
 
+PAYLOADS = [  # (optype, data as stored): gate's plain shape and every other one the parsers must agree on
+    ("INSERT", '{"NEW":[{"a":"1"},{"b":null},{"c":"é ☃"}]}'),
+    ("UPDATE", '{ "NEW" : [ {"a" : "2"} ] ,\n "OLD": [{"a": "1"}] }'),
+    ("INSERT", '{"NEW": [{"a": "say \\"hi\\""}, {"b": "\\u00e9\\n"}, {"c": 5}, {"d": [1, {"x": "é"}]}, {"e": true}]}'),
+    ("DELETE", '{"OLD": [{"a": "1", "z": "q"}]}'),
+    ("DELETE", '{"OLD": "not a list"}'),
+    ("INSERT", "[1, 2]"),
+    ("UPDATE", '{"NEW": null, "OLD": [{"a": "x"}], "other": 1}'),
+    ("SNAPSHOT", '{"NEW": []}'),
+    ("INSERT", "{}"),
+    ("INSERT", None),
+    ("INSERT", ""),
+    ("CREATETABLE", '{"primary_key": ["a"], "SELECT": 1, "extra": "dropped", "NEW": [{"field_name": "a", '
+                    '"nullable": false, "primary_key": "Yes", "data_type": "int"}]}'),
+    ("RENAME", '{"RENAME": [{"from": {"dbname": "d", "tablename": "t"}, "to": {"dbname": "d", "tablename": "u"}}]}'),
+    ("SNAPSHOTEND", '{"SNAPSHOT": {"id": 3, "reason": "gate", "key": ["a"], "rows": 9.5, "state": "done"}}'),
+    ("TRUNCATE", None),
+]
+
+
+def test_every_payload_shape_parses_as_the_python_sources(spark: SparkSession, sandbox: Sandbox,
+                                                          unique_name: str) -> None:
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, "
+                        "data) VALUES (%s, %s, 'd', 't', FROM_UNIXTIME(1700000000), 'i', %s, %s)",
+                        [(i, i, optype, data) for i, (optype, data) in enumerate(PAYLOADS, 1)])
+        cur.execute("UPDATE transfer_checkpoint SET id = %s, tid = %s", (len(PAYLOADS), len(PAYLOADS)))
+    jvm, python = (rows(spark.read.format(name).options(**login(dc, unique_name)).load())
+                   for name in ("gate", "gate_python"))
+    assert [(r.id, r.columns, r.new, r.old) for r in jvm][:4] == [
+        (1, ["a", "b", "c"], {"a": "1", "b": None, "c": "é ☃"}, None),
+        (2, ["a"], {"a": "2"}, {"a": "1"}),
+        (3, ["a", "b", "c", "d", "e"], {"a": 'say "hi"', "b": "é\n", "c": "5", "d": '[1,{"x":"é"}]', "e": "true"}, None),
+        (4, ["a", "z"], None, {"a": "1", "z": "q"})]
+    assert jvm == python
+
+
 def test_the_password_reaches_the_executors_but_no_plan(spark: SparkSession, sandbox: Sandbox, unique_name: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     dc, channel = small_channel(sandbox, unique_name, 5)

@@ -11,6 +11,8 @@ rows: 70 % inserts, 20 % updates, 10 % deletes), then times, after a warm-up rea
 - ``jdbc_incremental_read``: the JDBC incremental reader (read and parse), rows discarded;
 - ``gate_batch``: read.format("gate") (the JVM source, spark_readers/jvm) up to the last row, rows discarded;
 - ``gate_stream``: readStream.format("gate") (micro-batches of ``--max-rows``), rows discarded;
+- ``gate_stream_all``: the same without maxRowsPerTrigger: the backlog in one micro-batch (Spark's own cost
+  per micro-batch, a few hundred ms of offset and commit logs and job start here, is then paid once);
 - ``gate_python_batch``, ``gate_python_stream``: the same with format("gate_python"), the Python source;
 
 and, once each, unless ``--readers-only``:
@@ -166,8 +168,8 @@ def timed(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, figure
     print(name, json.dumps(figures[name]), flush=True)
 
 
-READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream", "gate_python_batch",
-           "gate_python_stream")
+READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream", "gate_stream_all",
+           "gate_python_batch", "gate_python_stream")
 
 
 def table(figures: dict[str, Any]) -> str:
@@ -234,8 +236,9 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
     def discard(frame: Any) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
-    def stream(name: str, parquet: bool, reader: str = "gate") -> None:
-        writer = (spark.readStream.format(reader).options(**options, maxRowsPerTrigger=str(args.max_rows)).load()
+    def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True) -> None:
+        trigger = {"maxRowsPerTrigger": str(args.max_rows)} if limit else {}
+        writer = (spark.readStream.format(reader).options(**options, **trigger).load()
                   .writeStream.option("checkpointLocation", str(tmp / f"{name}.checkpoint")))
         writer = (writer.format("parquet").option("path", str(tmp / name)) if parquet else
                   writer.foreachBatch(lambda frame, _: discard(frame)))
@@ -251,6 +254,7 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
         "jdbc_incremental_read": lambda: discard(read_increment(spark, source, 0, end, args.partitions)),
         "gate_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end)).load()),
         "gate_stream": lambda: stream(f"stream_noop{next(streams)}", False),
+        "gate_stream_all": lambda: stream(f"stream_noop{next(streams)}", False, limit=False),
         "gate_python_batch": lambda: discard(spark.read.format("gate_python").options(**options, endingId=str(end))
                                              .load()),
         "gate_python_stream": lambda: stream(f"stream_noop{next(streams)}", False, "gate_python"),
