@@ -79,21 +79,27 @@ def test_every_payload_shape_parses_as_the_python_sources(spark: SparkSession, s
 
 
 def test_the_password_reaches_the_executors_but_no_plan(spark: SparkSession, sandbox: Sandbox, unique_name: str,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        tmp_path: Path) -> None:
+    """From gate's config file; passwordEnv names a variable of the JVM's environment (which it took from the
+    driver's Python when the session started)."""
     dc, channel = small_channel(sandbox, unique_name, 5)
     secret = f"pw-{unique_name}-x"
     with connect(dc, "DC") as conn, conn.cursor() as cur:
         cur.execute(f"CREATE USER '{unique_name}'@'%' IDENTIFIED BY '{secret}'")
         cur.execute(f"GRANT SELECT ON {unique_name}.* TO '{unique_name}'@'%'")
-    monkeypatch.setenv("JVM_SOURCE_PW", secret)
-    frame = spark.read.format("gate").options(**login(dc, unique_name, user=unique_name, passwordEnv="JVM_SOURCE_PW"))
-    loaded = frame.load()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dc:\n  host: {dc.host}\n  port: {dc.port}\n  user: {unique_name}\n  password: {secret}\n")
+    loaded = spark.read.format("gate").option("config", str(config)).option("channel", unique_name).load()
     assert [r.id for r in loaded.select("id").collect()] == list(range(1, channel.id + 1))
     plans = loaded._jdf.queryExecution().toString()
     assert f"gate channel Login({unique_name}@{dc.host}:{dc.port}/{unique_name})" in plans
     assert secret not in plans
     with pytest.raises(Exception, match="takes no password option"):
         spark.read.format("gate").options(**login(dc, unique_name, password=secret)).load()
+    with pytest.raises(Exception, match=re.escape(
+            "format(\"gate\") option passwordEnv names the environment variable GATE_UNSET_PW, which is not set. Export "
+            "GATE_UNSET_PW=... in the driver's environment.")):
+        spark.read.format("gate").options(**login(dc, unique_name, passwordEnv="GATE_UNSET_PW")).load()
 
 
 def stream(spark: SparkSession, source: str, options: dict[str, str], checkpoint: Path) -> list[list[tuple[int, int]]]:
@@ -174,12 +180,12 @@ def test_purged_and_missing_rows_give_the_clear_errors(spark: SparkSession, sand
     with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', %s)", (str(end + 2),))
         cur.execute("DELETE FROM transfer_data WHERE id <= %s", (end + 2,))
-    expired = (f"CursorExpiredError: Channel '{unique_name}' no longer holds the rows after cursor id {end}: retention "
+    expired = (f"Channel '{unique_name}' no longer holds the rows after cursor id {end}: retention "
                f"has removed every row up to id {end + 2}, so the oldest kept row is {end + 3} (the channel's retention "
                f"is off now (retain_days 0)), and rows {end + 1} to {end + 2} cannot be read again. Restart from the "
                f"oldest kept row (option startingId={end + 3}, or a new checkpointLocation)")
     with pytest.raises(Exception, match=re.escape(expired)):
         stream(spark, "gate", options, tmp_path / "checkpoint")
-    with pytest.raises(Exception, match=re.escape(expired.replace(f"cursor id {end}", "cursor id 4").replace(
+    with pytest.raises(Exception, match=re.escape("CursorExpiredError: " + expired.replace(f"cursor id {end}", "cursor id 4").replace(
             f"rows {end + 1} to", "rows 5 to"))):
         spark.read.format("gate").options(**login(dc, unique_name, startingId=5)).load().collect()
