@@ -6,6 +6,8 @@ the clear errors for purged and missing rows, and no password in plans. One Spar
 from __future__ import annotations
 
 import re
+import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,38 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from gate.common.dc import connect
+from gate.common.errors import JvmSourceUnavailable
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import RandomHistory, SyntheticChannel
+from spark_readers import jvm_source as jar
+from spark_readers.rows import ROW_SCHEMA
 from spark_readers.source import jvm_source
 from tests.replay import make_channel
 from tests.test_spark_source import inserts, login, small_channel
+
+
+def test_the_jar_is_built_once_with_the_schema_and_a_failed_build_says_why(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATE_JARS", str(tmp_path / "jars"))
+    built = jar.source_jar()
+    with zipfile.ZipFile(built) as archive:
+        assert archive.read(jar.SCHEMA_RESOURCE).decode() == ROW_SCHEMA.json()
+        assert archive.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister").decode().split() == [
+            "gate.spark.GateProvider"]
+    stamp = Path(built).stat().st_mtime_ns
+    assert jar.source_jar() == built and Path(built).stat().st_mtime_ns == stamp  # not built again
+    broken = tmp_path / "main"
+    shutil.copytree(jar.SOURCES, broken)
+    (broken / "java" / "gate" / "spark" / "Broken.java").write_text("package gate.spark; class Broken { int x = }")
+    monkeypatch.setattr(jar, "SOURCES", broken)
+    with pytest.raises(JvmSourceUnavailable, match=r'(?s)javac could not compile the JVM format\("gate"\) in .*'
+                                                   r"Broken.java.*Is the JDK 17 or newer"):
+        jar.source_jar()
+    monkeypatch.setattr(shutil, "which", lambda _: None)
+    with pytest.raises(JvmSourceUnavailable, match=re.escape(
+            'Building the jar of format("gate") needs a JDK (javac), and none is on the PATH. Install one')):
+        jar.source_jar()
+    assert sorted(p.name for p in (tmp_path / "jars").iterdir()) == [Path(built).parent.name]  # nothing half-built
 
 
 def rows(frame: DataFrame) -> list[Any]:
