@@ -1,4 +1,6 @@
-"""gate as a Spark data source: ``spark.read.format("gate")`` and ``spark.readStream.format("gate")``.
+"""gate as a Spark data source in Python: ``format("gate_python")``, and ``format("gate")`` where the JVM
+source (spark_readers/jvm, the same reads in Java) is not on the classpath; typed reads (option table) of
+either name come here (see :func:`register`).
 
 Offsets are transfer_data ids (``{"id": N}``: every row up to N has been read). A batch or a micro-batch
 reads ``(start, end]`` with ``end`` never above the channel's checkpoint and always the last row of a

@@ -215,6 +215,6 @@ def test_purged_and_missing_rows_give_the_clear_errors(spark: SparkSession, sand
                f"oldest kept row (option startingId={end + 3}, or a new checkpointLocation)")
     with pytest.raises(Exception, match=re.escape(expired)):
         stream(spark, "gate", options, tmp_path / "checkpoint")
-    with pytest.raises(Exception, match=re.escape("CursorExpiredError: " + expired.replace(f"cursor id {end}", "cursor id 4").replace(
-            f"rows {end + 1} to", "rows 5 to"))):
+    from_five = expired.replace(f"cursor id {end}", "cursor id 4").replace(f"rows {end + 1} to", "rows 5 to")
+    with pytest.raises(Exception, match=re.escape(f"CursorExpiredError: {from_five}")):
         spark.read.format("gate").options(**login(dc, unique_name, startingId=5)).load().collect()
