@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything gate needs on Debian 12: system packages (MariaDB server and client, the MariaDB
-# JDBC driver, a Java runtime, python3-venv, make, prometheus for promtool) when missing, the virtual environment
-# .venv with gate installed, and the Delta Lake jars (Maven Central) in a local cache.
+# JDBC driver, a Java runtime and compiler, python3-venv, make, prometheus for promtool) when missing, the virtual
+# environment .venv with gate installed, the Delta Lake jars (Maven Central) in a local cache, and the jar of the
+# JVM format("gate") built next to them.
 # Safe to run again: it installs only what is missing and reinstalls Python packages only when
 # pyproject.toml has changed.
 set -euo pipefail
@@ -12,6 +13,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(ma
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
 dpkg -s libmariadb-java >/dev/null 2>&1 || missing+=(libmariadb-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)  # builds the JVM format("gate") (below)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool: the tests check the alert rules with it
@@ -83,5 +85,13 @@ fi
 if ! .venv/bin/python -m spark_readers.delta >/dev/null; then
     echo "setup: could not fetch the Delta Lake jars from Maven Central (see the error above); the table images" \
          "need them: run scripts/setup.sh again once Maven Central is reachable" >&2
+    exit 1
+fi
+
+# The JVM format("gate") (spark_readers/jvm): compiled once with javac against PySpark's own jars (no network)
+# into the same cache; Spark sessions put it on the classpath. Built again only when its sources change.
+if ! .venv/bin/python -m spark_readers.jvm_source >/dev/null; then
+    echo "setup: could not build the jar of the JVM format(\"gate\") (see the error above); Spark sessions" \
+         "need it: fix the JDK (javac 17 or newer) and run scripts/setup.sh again" >&2
     exit 1
 fi

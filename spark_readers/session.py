@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from gate.common.config import ServerConfig, check_identifier
 from spark_readers.delta import SETTINGS as DELTA_SETTINGS
 from spark_readers.delta import delta_jars
+from spark_readers.jvm_source import source_jar
 from spark_readers.source import register
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -49,18 +50,19 @@ class ChannelSource:
 
 def spark_session(master: str | None = None, app_name: str = "gate-spark-readers",
                   jars: str = MARIADB_JAR) -> SparkSession:
-    """Get or create the session: Connector/J and Delta Lake on the classpath, UTC session time zone, no UI,
-    ``format("gate")`` registered.
+    """Get or create the session: Connector/J, the JVM ``format("gate")`` and Delta Lake on the classpath, UTC
+    session time zone, no UI, ``format("gate")`` registered (spark_readers.source.register).
 
-    Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars
-    there too, spark_readers.delta); otherwise the master defaults to ``local[2]``, ``jars`` and the Delta
-    jars are added and Python workers use this Python (unless PYSPARK_PYTHON says otherwise). With a
-    ``local`` master the driver binds to 127.0.0.1 (SPARK_LOCAL_IP, unless already set).
+    Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
+    the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
+    defaults to ``local[2]``, ``jars``, the gate source's jar and the Delta jars are added and Python workers
+    use this Python (unless PYSPARK_PYTHON says otherwise). With a ``local`` master the driver binds to
+    127.0.0.1 (SPARK_LOCAL_IP, unless already set).
     """
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
         master = master or "local[2]"
-        builder = builder.config("spark.jars", ",".join([jars, *delta_jars()]))
+        builder = builder.config("spark.jars", ",".join([jars, source_jar(), *delta_jars()]))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers run gate's code
     if master is not None:
         builder = builder.master(master)

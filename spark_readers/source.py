@@ -1,4 +1,6 @@
-"""gate as a Spark data source: ``spark.read.format("gate")`` and ``spark.readStream.format("gate")``.
+"""gate as a Spark data source in Python: ``format("gate_python")``, and ``format("gate")`` where the JVM
+source (spark_readers/jvm, the same reads in Java) is not on the classpath; typed reads (option table) of
+either name come here (see :func:`register`).
 
 Offsets are transfer_data ids (``{"id": N}``: every row up to N has been read). A batch or a micro-batch
 reads ``(start, end]`` with ``end`` never above the channel's checkpoint and always the last row of a
@@ -27,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 import pymysql
+from py4j.protocol import Py4JJavaError
 from pyspark import SparkFiles
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -41,6 +44,8 @@ from gate.common.tls import TlsSettings
 from spark_readers.rows import ROW_SCHEMA, to_batch
 
 NAME = "gate"
+PYTHON_NAME = "gate_python"  # this source's name where the JVM one has "gate" (see register)
+JVM_PROVIDER = "gate.spark.GateProvider"  # spark_readers/jvm
 CHUNK = 10_000  # rows per query of a range scan
 _COLUMNS = "id, tid, dbname, tablename, UNIX_TIMESTAMP(create_time), instance_name, optype, data"
 
@@ -343,8 +348,31 @@ class GateDataSource(DataSource):
         return TypedStreamReader(self.settings, planned_table(self.settings, self.typed, schema))
 
 
+class PythonGateSource(GateDataSource):
+    """This source under the name ``gate_python``: where the JVM ``format("gate")`` is on the classpath it
+    serves its typed reads (option table), and it reads untyped where a PEM client certificate is needed."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_NAME
+
+
+def jvm_source(spark: SparkSession) -> bool:
+    """Whether Spark finds the JVM ``format("gate")`` (spark_readers/jvm) on the session's classpath: its
+    ServiceLoader provider takes the name before any Python data source (DataSource.lookupDataSource)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    try:
+        found = jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            NAME, spark._jsparkSession.sessionState().conf())
+    except Py4JJavaError:  # no provider of that name yet
+        return False
+    return bool(found.getName() == JVM_PROVIDER)
+
+
 def register(spark: SparkSession) -> None:
-    """Make ``format("gate")`` known to ``spark`` (once per session).
+    """Make ``format("gate")`` known to ``spark`` (once per session): the JVM source where its jar is on the
+    classpath (spark_readers.jvm_source), else this one; this one is ``format("gate_python")`` in both cases.
 
     The zips of ``--py-files`` (``spark.submit.pyFiles``) go first on the PYTHONPATH of the source's
     Python processes: the one Spark starts on the driver for a streaming query looks for them in a
@@ -358,7 +386,9 @@ def register(spark: SparkSession) -> None:
     if shipped:  # the environment the source's processes get is taken from the session's now
         environment["PYTHONPATH"] = os.pathsep.join([*shipped, *([before] if before else [])])
     try:
-        spark.dataSource.register(GateDataSource)
+        spark.dataSource.register(PythonGateSource)
+        if not jvm_source(spark):
+            spark.dataSource.register(GateDataSource)
     finally:
         if before is None:
             environment.pop("PYTHONPATH", None)

@@ -14,6 +14,7 @@ import sys
 from pyspark.sql import SparkSession
 
 import spark_readers
+import spark_readers.source
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
 
     print(json.dumps({"batch": sorted(r.id for r in batch), "stream": sorted(r.id for r in streamed),
                       "executor_module": spark.sparkContext.parallelize([0], 1).map(origin).collect()[0],
-                      "typed": typed}))
+                      "typed": typed, "jvm_source": spark_readers.source.jvm_source(spark)}))
     spark.stop()
 
 

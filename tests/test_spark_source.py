@@ -29,6 +29,7 @@ from gate.common.errors import CursorExpiredError, RowsMissing
 from gate.devtools.sandbox import Sandbox, free_port
 from gate.devtools.synthetic import RandomHistory, SyntheticChannel
 from spark_readers.incremental import read_increment
+from spark_readers.jvm_source import source_jar
 from spark_readers.rows import to_batch
 from spark_readers.session import MARIADB_JAR, ChannelSource
 from spark_readers.source import transaction_end
@@ -288,13 +289,15 @@ def standalone(tmp_path_factory: pytest.TempPathFactory, bare_python: str) -> It
         daemon.wait()
 
 
+@pytest.mark.parametrize("jvm", [False, True], ids=["python-source", "jvm-source"])
 def test_the_readmes_cluster_recipe_reads_and_streams(sandbox: Sandbox, unique_name: str, tmp_path: Path,
-                                                      bare_python: str, standalone: str) -> None:
+                                                      bare_python: str, standalone: str, jvm: bool) -> None:
     """The README's recipe on a standalone cluster, as written: the zip from spark_readers.package,
-    PYSPARK_PYTHON a Python with only pyarrow, spark-submit --py-files gate-spark.zip. A batch read and a
-    streaming query (whose source runs in a Python process Spark starts on the driver) give every row,
-    the executors imported gate's code from the zip, and a typed stream of one table gives its rows with
-    their types."""
+    PYSPARK_PYTHON a Python with only pyarrow, spark-submit --py-files gate-spark.zip, and --jars with
+    Connector/J alone (format("gate") is the Python source) or with the JVM source's jar too. A batch read
+    and a streaming query (whose Python source runs in a Python process Spark starts on the driver) give
+    every row, the executors imported gate's code from the zip, and a typed stream of one table (the
+    Python source, which the JVM one hands it to) gives its rows with their types."""
     dc, channel = small_channel(sandbox, unique_name, 30)
     channel.write([[("shop", "typed", "CREATETABLE", {"NEW": [
         {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "bigint(20) unsigned"},
@@ -307,12 +310,14 @@ def test_the_readmes_cluster_recipe_reads_and_streams(sandbox: Sandbox, unique_n
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=bare_python)
     job = subprocess.run([str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", standalone,
-                          "--py-files", "gate-spark.zip", "--jars", MARIADB_JAR, "--conf", "spark.executor.memory=512m",
+                          "--py-files", "gate-spark.zip", "--jars", ",".join([MARIADB_JAR, *[source_jar()] * jvm]),
+                          "--conf", "spark.executor.memory=512m",
                           str(ROOT / "tests" / "cluster_job.py"), json.dumps(login(dc, unique_name)),
                           str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert job.returncode == 0, job.stderr[-4000:]
     result = json.loads(job.stdout.strip().splitlines()[-1])
     assert result["batch"] == result["stream"] == list(range(1, channel.id + 1))
+    assert result["jvm_source"] == jvm
     last = channel.id
     assert result["typed"] == [[str(2**64 - 1), "-0.50", "c", last - 1], [str(2**64 - 1), "12.00", "u", last]]
     assert "gate-spark.zip/spark_readers/source.py" in result["executor_module"]

@@ -146,6 +146,10 @@ class MaterialiseError(GateError):
     """The output directory is not one materialise may replace."""
 
 
+class JvmSourceUnavailable(GateError):
+    """The jar of the JVM format("gate") (spark_readers/jvm) is not built and cannot be built here."""
+
+
 class MetricsPortBusy(GateError):
     """The address and port chosen for gate run's metrics and health endpoints cannot be listened on."""
 

@@ -9,8 +9,11 @@ rows: 70 % inserts, 20 % updates, 10 % deletes), then times, after a warm-up rea
 
 - ``plain_jdbc_scan``: a partitioned JDBC scan of transfer_data, rows discarded (the bar);
 - ``jdbc_incremental_read``: the JDBC incremental reader (read and parse), rows discarded;
-- ``gate_batch``: read.format("gate") up to the last row, rows discarded;
+- ``gate_batch``: read.format("gate") (the JVM source, spark_readers/jvm) up to the last row, rows discarded;
 - ``gate_stream``: readStream.format("gate") (micro-batches of ``--max-rows``), rows discarded;
+- ``gate_stream_all``: the same without maxRowsPerTrigger: the backlog in one micro-batch (Spark's own cost
+  per micro-batch, a few hundred ms of offset and commit logs and job start here, is then paid once);
+- ``gate_python_batch``, ``gate_python_stream``: the same with format("gate_python"), the Python source;
 
 and, once each, unless ``--readers-only``:
 
@@ -23,6 +26,7 @@ Prints rows/s, seconds, the CPU seconds of the driver's process tree (Python, th
 workers; not the MariaDB servers) and per row, the peak RSS of one Python worker, the load average
 and the machine's CPU use during each measurement, then the readers side by side as ratios against
 the plain scan of the same run (other work on the machine skews wall times; ratios less so).
+``--skip-python`` leaves the two Python readers out (they take 10 times longer).
 """
 
 from __future__ import annotations
@@ -164,14 +168,15 @@ def timed(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, figure
     print(name, json.dumps(figures[name]), flush=True)
 
 
-READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream")
+READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream", "gate_stream_all",
+           "gate_python_batch", "gate_python_stream")
 
 
 def table(figures: dict[str, Any]) -> str:
     """The readers side by side, with ratios against the plain scan of the same run."""
     scan = figures["plain_jdbc_scan"]
     lines = [f"{'reader':<24}{'rows/s':>10}{'x scan':>8}{'CPU us/row':>12}{'x scan':>8}{'worker MB':>11}"]
-    for name in READERS:
+    for name in (n for n in READERS if n in figures):
         f = figures[name]
         lines.append(f"{name:<24}{f['rows_per_s']:>10,}{f['rows_per_s'] / scan['rows_per_s']:>8.2f}"
                      f"{f['cpu_us_per_row']:>12.1f}{f['cpu_us_per_row'] / scan['cpu_us_per_row']:>8.2f}"
@@ -205,7 +210,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--max-rows", type=int, default=100_000, help="maxRowsPerTrigger of the stream")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each reader (the median is kept)")
-    parser.add_argument("--readers-only", action="store_true", help="measure the four readers, skip the Parquet jobs")
+    parser.add_argument("--readers-only", action="store_true", help="measure the readers only, skip the Parquet jobs")
+    parser.add_argument("--skip-python", action="store_true", help="leave out the Python format(\"gate_python\")")
     parser.add_argument("--json", help="write the figures to this file too")
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
@@ -230,15 +236,17 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
     def discard(frame: Any) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
-    def stream(name: str, parquet: bool) -> None:
-        writer = (spark.readStream.format("gate").options(**options, maxRowsPerTrigger=str(args.max_rows)).load()
+    def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True) -> None:
+        trigger = {"maxRowsPerTrigger": str(args.max_rows)} if limit else {}
+        writer = (spark.readStream.format(reader).options(**options, **trigger).load()
                   .writeStream.option("checkpointLocation", str(tmp / f"{name}.checkpoint")))
         writer = (writer.format("parquet").option("path", str(tmp / name)) if parquet else
                   writer.foreachBatch(lambda frame, _: discard(frame)))
         writer.trigger(availableNow=True).start().awaitTermination()
 
     warm = min(20_000, end)  # warm-ups (endingId above the checkpoint is refused)
-    discard(spark.read.format("gate").options(**options, endingId=str(warm)).load())
+    for reader in ("gate", "gate_python"):
+        discard(spark.read.format(reader).options(**options, endingId=str(warm)).load())
     discard(_plain_scan(spark, source, warm, args.partitions))
     streams = iter(range(1_000_000))
     readers: dict[str, Callable[[], Any]] = {
@@ -246,7 +254,13 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
         "jdbc_incremental_read": lambda: discard(read_increment(spark, source, 0, end, args.partitions)),
         "gate_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end)).load()),
         "gate_stream": lambda: stream(f"stream_noop{next(streams)}", False),
+        "gate_stream_all": lambda: stream(f"stream_noop{next(streams)}", False, limit=False),
+        "gate_python_batch": lambda: discard(spark.read.format("gate_python").options(**options, endingId=str(end))
+                                             .load()),
+        "gate_python_stream": lambda: stream(f"stream_noop{next(streams)}", False, "gate_python"),
     }
+    if args.skip_python:
+        del readers["gate_python_batch"], readers["gate_python_stream"]
     for name, read in readers.items():
         timed(name, end, read, tree, figures, args.repeat)
     scan = figures["plain_jdbc_scan"]
@@ -261,7 +275,7 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
                                                                      scan["cpu_us_per_row"], 2)} for n in measured}
     figures["gate_vs_jdbc_incremental_read"] = {n: round(figures[n]["rows_per_s"] /
                                                          figures["jdbc_incremental_read"]["rows_per_s"], 2)
-                                                for n in ("gate_batch", "gate_stream")}
+                                                for n in READERS[2:] if n in figures}
     figures["peak_driver_tree_rss_mb"] = round(tree.peak / 2**20)
     spark.stop()
 

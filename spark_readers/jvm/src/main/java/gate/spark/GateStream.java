@@ -1,0 +1,131 @@
+package gate.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+
+/**
+ * readStream.format("gate"): micro-batches of whole transactions up to the checkpoint. An offset {@code {"id": N}}
+ * means every row up to N has been read; N is never above the checkpoint and always a transaction's last row. The
+ * offset JSON is the Python source's, so either source continues a checkpointLocation the other wrote.
+ */
+final class GateStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+    private static final ObjectMapper MAPPER = new ObjectMapper();
+
+    private final Settings settings;
+    private Long target; // Trigger.AvailableNow: the checkpoint when the query started
+
+    GateStream(Settings settings) {
+        this.settings = settings;
+    }
+
+    /** An offset: every row up to {@code id} has been read. */
+    static final class IdOffset extends Offset {
+        final long id;
+
+        IdOffset(long id) {
+            this.id = id;
+        }
+
+        @Override
+        public String json() {
+            return "{\"id\": " + id + "}"; // as Python's json.dumps writes the Python source's offsets
+        }
+    }
+
+    private static long id(Offset offset) {
+        return offset instanceof IdOffset ? ((IdOffset) offset).id : parse(offset.json()).id;
+    }
+
+    private static IdOffset parse(String json) {
+        try {
+            JsonNode id = MAPPER.readTree(json).get("id");
+            if (id == null || !id.canConvertToLong()) {
+                throw new Errors.InvalidValue("The offset " + json + " in the checkpointLocation is not a format(\"gate\") "
+                    + "offset ({\"id\": N}). Start the query with a new checkpointLocation.");
+            }
+            return new IdOffset(id.asLong());
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    @Override
+    public Offset initialOffset() {
+        try (Channel dc = new Channel(settings.login)) {
+            long start = dc.start(settings.startingId);
+            if (settings.consumer != null) {
+                dc.register(settings.consumer, start);
+            }
+            return new IdOffset(start);
+        }
+    }
+
+    @Override
+    public Offset deserializeOffset(String json) {
+        return parse(json);
+    }
+
+    @Override
+    public ReadLimit getDefaultReadLimit() {
+        return settings.maxRows == null ? ReadLimit.allAvailable() : ReadLimit.maxRows(settings.maxRows);
+    }
+
+    @Override
+    public void prepareForTriggerAvailableNow() {
+        try (Channel dc = new Channel(settings.login)) {
+            target = dc.checkpoint();
+        }
+    }
+
+    @Override
+    public Offset latestOffset() {
+        throw new UnsupportedOperationException("format(\"gate\") plans micro-batches with latestOffset(start, limit)");
+    }
+
+    @Override
+    public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+        long after = id(startOffset);
+        try (Channel dc = new Channel(settings.login)) {
+            long checkpoint = dc.checkpoint();
+            dc.requireAtMostCheckpoint(after, checkpoint, "The query's offset, row " + after + ",", "Was the channel "
+                + "dropped and created again? Start the query with a new checkpointLocation.");
+            dc.checkCursor(after);
+            long ceiling = target == null ? checkpoint : Math.min(checkpoint, Math.max(target, after));
+            long want = limit instanceof ReadMaxRows ? after + ((ReadMaxRows) limit).maxRows() : ceiling;
+            return new IdOffset(dc.transactionEnd(after, want, ceiling));
+        }
+    }
+
+    @Override
+    public InputPartition[] planInputPartitions(Offset start, Offset end) {
+        return IdRange.split(id(start), id(end), settings.partitions);
+    }
+
+    @Override
+    public PartitionReaderFactory createReaderFactory() {
+        return new RangeReader.Factory(settings.login);
+    }
+
+    @Override
+    public void commit(Offset end) {
+        if (settings.consumer != null) {
+            try (Channel dc = new Channel(settings.login)) {
+                dc.register(settings.consumer, id(end));
+            }
+        }
+    }
+
+    @Override
+    public void stop() {
+    }
+}
