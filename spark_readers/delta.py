@@ -1,4 +1,5 @@
-"""Delta Lake for Spark: where its jars are, fetching them once, and the session settings it needs.
+"""Delta Lake for Spark: where its jars are, fetching them once, the session settings it needs and the table
+properties of an image.
 
 The jars (io.delta:delta-spark_2.13 and its dependencies) are fetched once, by ``scripts/setup.sh``
 (``python -m spark_readers.delta``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
