@@ -1,4 +1,5 @@
-"""Delta Lake for Spark: where its jars are, fetching them once, and the session settings it needs.
+"""Delta Lake for Spark: where its jars are, fetching them once, the session settings it needs and the table
+properties of an image.
 
 The jars (io.delta:delta-spark_2.13 and its dependencies) are fetched once, by ``scripts/setup.sh``
 (``python -m spark_readers.delta``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
@@ -26,6 +27,12 @@ SETTINGS = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+# Table features that delta-rs (deltalake 1.6) cannot read through to_pyarrow_table/to_pandas: deletion vectors
+# and type widening are refused, column-mapped columns read as NULL. Off in every table image, whatever the
+# cluster's defaults (spark.databricks.delta.properties.defaults.*).
+_IMAGE_PROPERTIES = {"delta.enableDeletionVectors": "false", "delta.enableTypeWidening": "false",
+                     "delta.columnMapping.mode": "none"}
+
 IVY_SETTINGS = """<ivysettings><settings defaultResolver="central"/><resolvers>
 <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/></resolvers></ivysettings>
 """
@@ -45,6 +52,12 @@ def delta_jars() -> list[str]:
         raise MaterialiseError(f"The Delta Lake jars ({PACKAGE}) are not in {folder}: run scripts/setup.sh (or "
                                "python -m spark_readers.delta) once with access to Maven Central.")
     return jars
+
+
+def image_table_options() -> dict[str, str]:
+    """Writer options for a Delta write that creates (or overwrites) a table image: the table properties
+    that keep it readable by every delta-rs reader path."""
+    return dict(_IMAGE_PROPERTIES)
 
 
 def _artifact(jar: str) -> str:

@@ -37,6 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from gate.common.config import check_identifier
 from gate.common.errors import MaterialiseError
+from spark_readers.delta import image_table_options
 from spark_readers.load import OutputDir
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ class Commit:
         return json.dumps({"channel": self.channel, "watermark": {"id": self.watermark[0], "tid": self.watermark[1]}})
 
     def writer_options(self) -> dict[str, str]:
-        return {"txnAppId": self.app_id, "txnVersion": str(self.watermark[0]), "userMetadata": self.metadata}
+        return {"txnAppId": self.app_id, "txnVersion": str(self.watermark[0]), "userMetadata": self.metadata,
+                **image_table_options()}
 
 
 @contextmanager
