@@ -23,13 +23,12 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from gate.common.columns import matching
 from gate.common.config import check_identifier
 from gate.common.dc import read_settings
 from gate.common.errors import InvalidValue, MissingPrivileges, TableSchemaChanged
 from spark_readers.source import Channel, GateBatchReader, GateStreamReader, IdRange, Login, Settings, require_kept
 from spark_readers.table_schema import Change, columns_at, first_change, same
-from spark_readers.typed_rows import META, RowBuilder, TypedTable
+from spark_readers.typed_rows import META, RowBuilder, TypedTable, Typing
 
 CHUNK = 10_000  # rows per query of a range read
 
@@ -77,9 +76,7 @@ def typed_table(settings: Settings, table: str) -> TypedTable:
     if clash:
         raise InvalidValue(f"Table {table} has columns named like the stream's own ({', '.join(clash)}): read it "
                            'without the option "table".')
-    as_text = frozenset(c.casefold() for c, _ in columns
-                        if any(rule.kind != "exclude" for rule in matching(channel.columns, db, name, c)))
-    return TypedTable(table, columns, channel.defaults.timezone, channel.defaults.binary_format, as_text)
+    return Typing.of(channel).table(f"{db}.{name}", columns)
 
 
 def planned_table(settings: Settings, known: TypedTable | None, schema: StructType) -> TypedTable:

@@ -22,7 +22,8 @@ from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import TABLE_DDL, RandomWorkload
 from spark_readers.image import read_image
 from spark_readers.load import CURSOR_FILE, Increment, OutputDir, load, read_increments
-from spark_readers.materialise import column_default, materialise
+from spark_readers.materialise import materialise
+from spark_readers.timeline import column_default
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource
 from tests.replay import make_channel, running, wait_caught_up
