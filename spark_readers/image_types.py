@@ -1,9 +1,10 @@
 """Typed image tables: the history's text values converted to the Spark types of the table's columns.
 
 The types and conversions are those of the typed change stream (spark_readers.types through
-:class:`spark_readers.typed_rows.TypedTable`). A typed table's Delta columns are the table's columns,
-then ``_invalid``: column -> the DC's text of each value its Spark type cannot hold (a zero date, a
-TIMESTAMP its channel's zone shows twice, ...), which is NULL in the row; NULL when there is none.
+:class:`spark_readers.typed_rows.TypedTable`), but for TIME, which is its text (:func:`for_delta`). A
+typed table's Delta columns are the table's columns, then ``_invalid``: column -> the DC's text of
+each value its Spark type cannot hold (a zero date, a TIMESTAMP its channel's zone shows twice, ...),
+which is NULL in the row; NULL when there is none.
 
 When an ALTER changes a column's type, the stored rows' values are cast when the change widens it
 exactly (a wider integer or decimal, or integer or decimal to text: :func:`exact_cast`); otherwise the
@@ -12,17 +13,16 @@ value is NULL and ``_invalid`` keeps the old value's text (Spark's), never a con
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ByteType,
     DataType,
+    DayTimeIntervalType,
     DecimalType,
     IntegerType,
     LongType,
@@ -34,7 +34,7 @@ from pyspark.sql.types import (
 )
 
 from spark_readers.typed_rows import TypedTable, typed_values
-from spark_readers.types import Unrepresentable
+from spark_readers.types import Converter, Unrepresentable
 
 INVALID = "_invalid"
 INVALID_TYPE = MapType(StringType(), StringType())
@@ -46,40 +46,44 @@ def key_column(position: int) -> str:
     return f"_gate_k{position}"
 
 
-def converted(frame: DataFrame, table: TypedTable, key: Sequence[str] | None = None,
+def for_delta(table: TypedTable) -> TypedTable:
+    """``table`` as a Delta table holds it: TIME columns (a day-time interval, which Delta Lake has no type
+    for) are their text, as the DC has it."""
+    times = {name.casefold() for (name, _), kind in zip(table.columns, table.types())
+             if isinstance(kind.spark, DayTimeIntervalType)}
+    return replace(table, as_text=table.as_text | times)
+
+
+def identity(table: TypedTable, columns: Sequence[str]) -> TypedTable:
+    """``table`` reduced to ``columns`` (in that order): the types of a key's values."""
+    types = {name.casefold(): kind for name, kind in table.columns}
+    return replace(table, columns=tuple((c, types[c.casefold()]) for c in columns))
+
+
+def converted(frame: DataFrame, table: TypedTable | None, key: TypedTable | None = None,
               passthrough: Sequence[str] = ()) -> DataFrame:
     """``frame``'s columns of ``table`` (the DC's text) typed, then ``_invalid``; with ``key`` (the
     columns of ``frame``'s ``key``, an array of their texts), its values typed as :func:`key_column`
-    columns; then the ``passthrough`` columns as they are."""
-    names = [name for name, _ in table.columns]
-    keys = replace(table, columns=tuple((c, dict(table.columns)[c]) for c in key)) if key is not None else None
-    key_fields = [StructField(key_column(i), f.dataType) for i, f in enumerate(keys.image_schema().fields)] if keys else []
-    schema = StructType([*table.image_schema().fields, StructField(INVALID, INVALID_TYPE), *key_fields,
-                         *[frame.schema[c] for c in passthrough]])
+    columns; then the ``passthrough`` columns as they are. (A Python UDF: mapInArrow would need pandas.)"""
+    names = [name for name, _ in table.columns] if table else []
+    fields = [*table.image_schema().fields, StructField(INVALID, INVALID_TYPE)] if table else []
+    key_names = [name for name, _ in key.columns] if key else []
+    key_fields = [StructField(key_column(i), f.dataType) for i, f in enumerate(key.image_schema().fields)] if key else []
+    converters: list[list[Converter]] = []  # built once per task, on the executor
 
-    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        converters = [kind.convert for kind in table.types()]
-        key_converters = [kind.convert for kind in keys.types()] if keys else []
-        arrow = to_arrow_schema(schema, timezone="UTC")
-        for batch in batches:
-            texts = [batch.column(name).to_pylist() for name in names]
-            key_texts = batch.column("key").to_pylist() if keys else []
-            values: list[list[Any]] = [[] for _ in range(len(names) + len(key_converters))]
-            invalids: list[list[tuple[str, str]] | None] = []
-            for row in range(batch.num_rows):
-                invalid: dict[str, str] = {}
-                typed = typed_values(names, [column[row] for column in texts], converters, invalid)
-                invalids.append(list(invalid.items()) or None)
-                if keys:
-                    typed += typed_values(list(key or ()), key_texts[row], key_converters, {})
-                for column, value in zip(values, typed):
-                    column.append(value)
-            arrays = [pa.array(v, type=f.type) for v, f in zip([*values[:len(names)], invalids, *values[len(names):]],
-                                                                 arrow)]
-            arrays += [batch.column(c) for c in passthrough]
-            yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+    def convert(texts: list[str | None], key_texts: list[str | None] | None) -> tuple[Any, ...]:
+        if not converters:
+            converters.extend([[kind.convert for kind in table.types()] if table else [],
+                               [kind.convert for kind in key.types()] if key else []])
+        invalid: dict[str, str] = {}
+        values = typed_values(names, texts, converters[0], invalid)
+        keys = typed_values(key_names, key_texts or [], converters[1], {})
+        return (*values, *([invalid or None] if table else []), *keys)
 
-    return frame.select(*names, *(["key"] if keys else []), *passthrough).mapInArrow(convert, schema)
+    typed = F.udf(convert, StructType([*fields, *key_fields]), useArrow=False)
+    texts = F.array(*[F.col(f"`{name}`") for name in names]) if names else F.array().cast("array<string>")
+    return frame.select(typed(texts, F.col("key") if key else F.lit(None).cast("array<string>")).alias("_typed"),
+                        *passthrough).select("_typed.*", *passthrough)
 
 
 def exact_cast(old: DataType, new: DataType) -> bool:

@@ -42,7 +42,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -51,11 +51,14 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committing, table_version
+from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
 from spark_readers.load import OutputDir, read_cursor, read_increments
 from spark_readers.rows import ROW_OPTYPES
 from spark_readers.session import spark_job
 from spark_readers.source import Channel, settings
 from spark_readers.timeline import TableLife, backward, forward, keyed, timeline
+from spark_readers.typed import channel_typing
+from spark_readers.typed_rows import TypedTable, Typing
 
 log = logging.getLogger(__name__)
 
@@ -106,34 +109,92 @@ def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column
     return value.cast("string").alias(column)
 
 
+def _typed(table: TableLife, final: list[str], typing: Typing | None, carried: TableImage | None) -> TypedTable | None:
+    """The table's typed form: when the image is typed, the history defines the table's column types and
+    its stored rows, if kept, are typed too; else None (string columns)."""
+    schema = table.schema
+    if typing is None or schema is None or (carried is not None and carried.types is None):
+        return None
+    folded = [c.casefold() for c in final]
+    if [c.casefold() for c, _ in schema] != folded or INVALID in folded:
+        return None
+    return for_delta(typing.table(table.name, tuple(zip(final, (kind for _, kind in schema)))))
+
+
+def _stored_typed(table: TableLife, typed: TypedTable) -> tuple[TypedTable, list[str]]:
+    """The stored image of a typed table as a TypedTable, and the columns of its rows' identity."""
+    stored = table.stored
+    assert stored is not None and stored.types is not None
+    return replace(typed, columns=tuple(zip(stored.columns, stored.types))), stored.key or sorted(stored.columns)
+
+
 def _stored_rows(spark: SparkSession, store: ImageStore, table: TableLife, final: list[str], names: dict[str, str],
-                 defaults: dict[str, str | None], changed: DataFrame) -> DataFrame:
-    """The rows of the table's stored image that the history after it leaves alone, in ``final`` columns."""
+                 defaults: dict[str, str | None], changed: DataFrame, typed: TypedTable | None) -> DataFrame:
+    """The rows of the table's stored image that the history after it leaves alone, in ``final`` columns
+    (typed as ``typed``, then ``_invalid``, when the table is typed)."""
     assert table.stored is not None
     stored = table.stored
-    identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
-    columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
-               for c in final]
-    return (spark.read.format("delta").option("versionAsOf", stored.version).load(store.url(stored.path))
-            .withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns))
+    rows = spark.read.format("delta").option("versionAsOf", stored.version).load(store.url(stored.path))
+    if typed is None:
+        identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
+        columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
+                   for c in final]
+    else:
+        identity = F.struct(*[F.col(f"`{c}`").alias(key_column(i)) for i, c in enumerate(_stored_typed(table, typed)[1])])
+        columns = stored_columns(rows.schema, typed, names, defaults)
+    return rows.withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns)
+
+
+def _changed_keys(latest: DataFrame, table: TableLife, typed: TypedTable | None) -> DataFrame:
+    """The keys the update's rows touch (``_gate_key``), comparable with :func:`_stored_rows`' identities."""
+    keys = latest.filter(F.col("table") == table.key).select("key")
+    if typed is None:
+        return keys.select(F.col("key").alias("_gate_key"))
+    stored, columns = _stored_typed(table, typed)
+    return converted(keys, None, identity(stored, columns)).select(
+        F.struct(*[key_column(i) for i in range(len(columns))]).alias("_gate_key"))
+
+
+def _mergeable(typed: TypedTable | None, key: list[str]) -> bool:
+    """Whether MERGE can match the table's rows: by the values of its ``key`` (its identity's columns) as
+    an array, which holds one Spark type."""
+    return typed is None or len({f.dataType for f in identity(typed, key).image_schema().fields}) == 1
+
+
+def _changes(latest: DataFrame, table: TableLife, names: list[dict[str, str]], defaults: dict[str, str | None],
+             final: list[str], typed: TypedTable | None, key: list[str]) -> DataFrame:
+    """The changed keys' rows for MERGE: the columns, ``_gate_key`` (the values of ``key``) and ``alive``."""
+    text = latest.filter(F.col("table") == table.key).select(*[_column(names, defaults, c) for c in final], "key",
+                                                                "alive")
+    if typed is None:
+        return text.withColumnRenamed("key", "_gate_key")
+    frame = converted(text, typed, identity(typed, key), ["alive"])
+    return frame.select(*[F.col(f"`{c}`") for c in final], INVALID,
+                        F.array(*[key_column(i) for i in range(len(key))]).alias("_gate_key"), "alive")
 
 
 def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int], DataFrame], through: tuple[int, int],
                  channel: str | None = None, keys: dict[str, list[str]] | None = None, full: bool = False,
-                 rebuild: bool = True) -> Materialised:
+                 rebuild: bool = True, typing: Typing | None = None) -> Materialised:
     """Bring the image in ``out_path`` to row ``through`` = (id, tid): apply ``rows_after(watermark)`` (the
-    parsed rows after the stored image's watermark, up to ``through``) to it. With no image, with ``full``,
-    or when ``keys`` differ from the image's, the image is rebuilt from ``rows_after(0)`` (refused when
-    ``rebuild`` is False: the caller has only the newest rows)."""
+    parsed rows after the stored image's watermark, up to ``through``) to it. Tables are typed with
+    ``typing`` (the channel's settings), else with the image's; with neither, their columns are strings.
+    With no image, with ``full``, or when ``keys`` or ``typing`` differ from the image's, the image is
+    rebuilt from ``rows_after(0)`` (refused when ``rebuild`` is False: the caller has only the newest rows)."""
     keys = keys or {}
     store = ImageStore(spark, out_path)
     before = store.current(channel)
-    start = before if before is not None and not full and before.keys == keys else None
-    if before is not None and start is None:
+    stored_typing = (Typing(before.typing["timezone"], before.typing["binary_format"], tuple(before.typing["as_text"]))
+                     if before is not None and before.typing else None)
+    typing = typing or stored_typing
+    start = before if before is not None and not full and before.keys == keys and stored_typing == typing else None
+    if before is not None and start is None and not full:
+        change = (f"other keys ({before.keys}) than {keys}" if before.keys != keys else
+                  f"other column types ({stored_typing or 'strings'}) than {typing}")
         if not rebuild:
-            raise MaterialiseError(f"{out_path} was built with other keys ({before.keys}) than {keys}: rebuild it "
-                                   "from the whole history (gate spark-materialise --full).")
-        log.info("rebuilding the image in %s from the whole history", out_path)
+            raise MaterialiseError(f"{out_path} was built with {change}: rebuild it from the whole history "
+                                   "(gate spark-materialise --full).")
+        log.info("rebuilding the image in %s from the whole history: it was built with %s", out_path, change)
     watermark = start.watermark["id"] if start else 0
     if start is not None and through[0] <= watermark:
         return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
@@ -141,7 +202,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     commit = Commit(f"gate-image:{generation}", through, channel)
     history = rows_after(watermark).filter(F.col("id") > watermark).persist()
     try:
-        image = _apply(spark, store, commit, history, start, keys)
+        image = _apply(spark, store, commit, history, start, keys, typing)
     finally:
         history.unpersist()
     image.generation = generation
@@ -178,7 +239,7 @@ def _folder(table: TableLife, taken: set[str]) -> str:
 
 
 def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: DataFrame, start: Image | None,
-           keys: dict[str, list[str]]) -> Image:
+           keys: dict[str, list[str]], typing: Typing | None) -> Image:
     """Commit the tables the history changes, each as one Delta commit of ``commit``; the image that names
     them."""
     skipped: dict[str, str] = {}
@@ -206,27 +267,31 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         names, defaults = backward(table, final)
         carried = table.stored if table.floor == 0 else None
         pk = list(table.epochs[-1].pk or [])
-        same = carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
+        typed = _typed(table, final, typing, carried)
+        types = [kind for _, kind in typed.columns] if typed else None
+        same = (carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
+                and carried.types == types)
         if carried and same and table.key not in stats:
             tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot,
-                                            carried.version)
+                                            carried.version, types)
             continue  # no row and no column changed (perhaps renamed): the stored version stays the image
-        if carried and same and len(table.epochs) == 1:  # only rows changed: MERGE them
-            changes = latest.filter(F.col("table") == table.key).select(
-                *[_column(names, defaults, c) for c in final], F.col("key").alias("_gate_key"), "alive")
+        key = pk or sorted(final)
+        if carried and same and len(table.epochs) == 1 and _mergeable(typed, key):  # only rows changed: MERGE them
             url = store.url(carried.path)
-            _merge(spark, url, carried, changes, commit)
+            _merge(spark, url, replace(carried, columns=[*final, INVALID], key=key) if typed else carried,
+                   _changes(latest, table, names, defaults, final, typed, key), commit)
             version = table_version(spark, url)
             tables[table.name] = TableImage(carried.path, final, pk, _count(spark, url, version), table.complete,
-                                            table.snapshot, version)
+                                            table.snapshot, version, types)
             continue
         frame = latest.filter(F.col("alive") & (F.col("table") == table.key)).select(
             *[_column(names, defaults, c) for c in final])
+        frame = converted(frame, typed) if typed else frame
         if carried:
-            changed = latest.filter(F.col("table") == table.key).select(F.col("key").alias("_gate_key"))
+            changed = _changed_keys(latest, table, typed)
             if table.key not in stats or stats[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
                 changed = F.broadcast(changed)
-            frame = _stored_rows(spark, store, table, final, names[0], defaults, changed).unionByName(frame)
+            frame = _stored_rows(spark, store, table, final, names[0], defaults, changed, typed).unionByName(frame)
         own = table.stored.path if table.stored else None
         path = own if own == "/".join(table.epochs[-1].name) else _folder(table, taken)
         taken.add(path)
@@ -235,21 +300,31 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
          .options(**commit.writer_options()).save(url))
         version = table_version(spark, url)
         tables[table.name] = TableImage(path, final, pk, _count(spark, url, version), table.complete, table.snapshot,
-                                        version)
+                                        version, types)
     latest.unpersist()
-    return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped)
+    return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped,
+                 typing=asdict(typing) if typing else None)
 
 
 def _count(spark: SparkSession, url: str, version: int) -> int:
     return spark.read.format("delta").option("versionAsOf", version).load(url).count()
 
 
+def read_typing(options: dict[str, str]) -> Typing:
+    """The typing of the channel that ``options`` (of ``format("gate")``) name, from its settings in the DC."""
+    login = settings(options).login
+    with Channel(login) as dc:
+        return channel_typing(dc.conn, login)
+
+
 def materialise(spark: SparkSession, increments: str, out_path: str, channel: str | None = None,
-                keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
-    """Bring the image in ``out_path`` up to the rows loaded into ``increments`` (by spark_readers.load)."""
+                keys: dict[str, list[str]] | None = None, full: bool = False,
+                typing: Typing | None = None) -> Materialised:
+    """Bring the image in ``out_path`` up to the rows loaded into ``increments`` (by spark_readers.load);
+    ``typing``: the channel's (:func:`read_typing`), else the image's, else string columns."""
     cursor = read_cursor(OutputDir(spark, increments), channel)
     return update_image(spark, out_path, lambda after: read_increments(spark, increments, channel, after),
-                        (cursor.id, cursor.tid), channel, keys, full)
+                        (cursor.id, cursor.tid), channel, keys, full, typing=typing)
 
 
 def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: str,
@@ -260,31 +335,37 @@ def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: 
     with Channel(login) as dc:
         end = dc.checkpoint()
         through = (end, dc.tid(end))
+        typing = channel_typing(dc.conn, login)
     source = {k: v for k, v in options.items() if k.lower() not in ("startingid", "endingid")}
 
     def rows_after(after: int) -> DataFrame:
         return (spark.read.format("gate").options(**source).option("startingId", after + 1)
                 .option("endingId", end).load())
 
-    return update_image(spark, out_path, rows_after, through, login.channel, keys, full)
+    return update_image(spark, out_path, rows_after, through, login.channel, keys, full, typing=typing)
 
 
 class ImageUpdater:
     """A ``foreachBatch`` function that applies each micro-batch of a ``format("gate")`` stream to the image
     in ``out_path``::
 
-        stream.writeStream.foreachBatch(ImageUpdater("/data/shop_now", "shop")) \
+        stream.writeStream.foreachBatch(ImageUpdater("/data/shop_now", "shop", source=options)) \
             .option("checkpointLocation", "/data/shop_now.checkpoint").start()
 
-    Exactly once: a batch Spark replays after a crash holds rows at or below the image's watermark and
-    changes nothing. The stream must continue the image: start it at the row after the watermark
-    (``startingId``); a batch that leaves a gap after the watermark is refused.
+    ``source`` (the stream's options) lets it read the channel's typing (:func:`read_typing`) once; without
+    it, the image's typing is used, else columns are strings. Exactly once: a batch Spark replays after a
+    crash holds rows at or below the image's watermark and changes nothing. The stream must continue the
+    image: start it at the row after the watermark (``startingId``); a batch that leaves a gap after the
+    watermark is refused.
     """
 
-    def __init__(self, out_path: str, channel: str | None = None, keys: dict[str, list[str]] | None = None) -> None:
+    def __init__(self, out_path: str, channel: str | None = None, keys: dict[str, list[str]] | None = None,
+                 source: dict[str, str] | None = None) -> None:
         self.out_path = out_path
         self.channel = channel
         self.keys = keys or {}
+        self.source = source
+        self.typing: Typing | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
@@ -300,8 +381,10 @@ class ImageUpdater:
                     f"Micro-batch {batch_id} starts at row {first}, but the image in {self.out_path} holds rows up "
                     f"to {before.watermark['id']} only: start the stream at startingId={before.watermark['id'] + 1} "
                     "(with a new checkpointLocation), or rebuild the image with gate spark-materialise --full.")
+            if self.source is not None and self.typing is None:
+                self.typing = read_typing(self.source)
             update_image(spark, self.out_path, lambda after: batch, (int(last), int(tid)), self.channel, self.keys,
-                         rebuild=before is None)
+                         rebuild=before is None, typing=self.typing)
         finally:
             batch.unpersist()
 

@@ -22,6 +22,8 @@ from pyspark.sql import functions as F
 
 from spark_readers.image import Image, TableImage
 from spark_readers.rows import ROW_OPTYPES
+from spark_readers.table_schema import Columns
+from spark_readers.table_schema import apply as schema_after
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class TableLife:
     complete: bool = False  # created, truncated or snapshotted (done) within the history
     snapshot: dict[str, Any] | None = None  # the latest snapshot: {"id", "state"}
     stored: TableImage | None = None  # its image at the watermark, when the update started from one
+    schema: Columns | None = None  # current columns and their data_type; None: not defined by the history
 
     @property
     def name(self) -> str:
@@ -168,7 +171,8 @@ class Timeline:
             self.current[(db, table)] = TableLife(len(self.tables), list(stored.columns),
                                                [Epoch(image.watermark["id"] if image else 0, (db, table),
                                                        list(stored.key))],
-                                               complete=stored.complete, snapshot=stored.snapshot, stored=stored)
+                                               complete=stored.complete, snapshot=stored.snapshot, stored=stored,
+                                               schema=tuple(zip(stored.columns, stored.types)) if stored.types else None)
             self.tables.append(self.current[(db, table)])
 
     def table(self, name: Name) -> TableLife:
@@ -194,7 +198,8 @@ class Timeline:
             columns = ddl.get("NEW") or []
             pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or None
             self.current[name] = TableLife(len(self.tables), [c["field_name"] for c in columns] or None,
-                                        [Epoch(at, name, pk)], complete=True)
+                                        [Epoch(at, name, pk)], complete=True,
+                                        schema=schema_after(None, optype, ddl))
             self.tables.append(self.current[name])
         elif optype == "SNAPSHOTSTART":
             self._snapshot_start(at, name, ddl)
@@ -222,6 +227,7 @@ class Timeline:
         marker = ddl.get("SNAPSHOT") or {}
         pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or list(marker.get("key") or [])
         table.columns = [c["field_name"] for c in columns] or table.columns
+        table.schema = schema_after(table.schema, "SNAPSHOTSTART", ddl)
         table.floor = at
         table.complete = False
         table.snapshot = {"id": marker.get("id"), "state": "running"}
@@ -243,6 +249,7 @@ class Timeline:
                 pk = list(index["column_name"])
         if table.columns is not None:
             table.columns = forward(table.columns, ops)
+        table.schema = schema_after(table.schema, "ALTERTABLE", ddl)
         self._next(table, at, name, pk, ops)
         self._rename(at, ddl.get("RENAME") or [])
 

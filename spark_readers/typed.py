@@ -54,6 +54,17 @@ def describe(table: str, change: Change) -> str:
     return f"{change.optype} row {change.id} on {table}: {change.sql[:300]}"
 
 
+def channel_typing(conn: pymysql.Connection, login: Login) -> Typing:
+    """The channel's settings that typed values depend on, from its gate_settings."""
+    try:
+        return Typing.of(read_settings(conn, login.channel))
+    except pymysql.err.OperationalError as exc:
+        raise MissingPrivileges(
+            f"A typed read of channel '{login.channel}' needs its time zone and binary format from "
+            f"{login.channel}.gate_settings, which user '{login.user}' cannot read ({exc.args[-1]}). "
+            f"GRANT SELECT ON {login.channel}.gate_settings TO the reader.") from None
+
+
 def typed_table(settings: Settings, table: str) -> TypedTable:
     """The table's columns where the query starts (the consumer's stored position when it has one, else
     startingId or the oldest kept row), with the channel's settings."""
@@ -64,19 +75,13 @@ def typed_table(settings: Settings, table: str) -> TypedTable:
         position = _consumer_position(conn, settings.consumer)
         if position is None:
             position = dc.start(settings.starting_id)
-        try:
-            channel = read_settings(conn, login.channel)
-        except pymysql.err.OperationalError as exc:
-            raise MissingPrivileges(
-                f"A typed read of channel '{login.channel}' needs its time zone and binary format from "
-                f"{login.channel}.gate_settings, which user '{login.user}' cannot read ({exc.args[-1]}). "
-                f"GRANT SELECT ON {login.channel}.gate_settings TO the reader.") from None
+        typing = channel_typing(conn, login)
         columns = columns_at(conn, login.channel, db, name, position, dc.checkpoint())
     clash = [c for c, _ in columns if c in META]
     if clash:
         raise InvalidValue(f"Table {table} has columns named like the stream's own ({', '.join(clash)}): read it "
                            'without the option "table".')
-    return Typing.of(channel).table(f"{db}.{name}", columns)
+    return typing.table(f"{db}.{name}", columns)
 
 
 def planned_table(settings: Settings, known: TypedTable | None, schema: StructType) -> TypedTable:

@@ -23,9 +23,9 @@ from gate.devtools.workload import TABLE_DDL, RandomWorkload
 from spark_readers.image import read_image
 from spark_readers.load import CURSOR_FILE, Increment, OutputDir, load, read_increments
 from spark_readers.materialise import materialise
-from spark_readers.timeline import column_default
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource
+from spark_readers.timeline import column_default
 from tests.replay import make_channel, running, wait_caught_up
 from tests.test_client import channel
 from tests.test_retention import ids, move, ok, rows

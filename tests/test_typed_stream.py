@@ -73,6 +73,27 @@ def assert_row_equals(where: str, got: dict[str, Any], want: dict[str, Any]) -> 
         assert same(name, kind, want[name], got[name]), f"{where}: column {name} ({kind}) {got[name]!r} != {want[name]!r}"
 
 
+def create_matrix(cur: pymysql.cursors.Cursor, db: str) -> None:
+    """Table ``db``.everything of every type of the matrix, with its rows: 1 MIN_ROW, 2 MAX_ROW, 3 ZERO_ROW,
+    4 NULL in every nullable column, 5... MIXED_ROWS."""
+    cur.execute(f"CREATE TABLE `{db}`.everything (" + ", ".join(f"`{n}` {d}" for n, d, _ in COLUMNS) + ")")
+    rows = [{"id": 1, **MIN_ROW}, {"id": 2, **MAX_ROW}, {"id": 4},
+            *[{"id": 5 + n, **row} for n, row in enumerate(MIXED_ROWS)]]
+    for row in rows:
+        cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in row)}) VALUES "
+                    f"({', '.join(['%s'] * len(row))})", list(row.values()))
+    cur.execute("SET SESSION sql_mode = ''")
+    cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in ZERO_ROW)}, id) VALUES "
+                f"({', '.join(['%s'] * (len(ZERO_ROW) + 1))})", [*ZERO_ROW.values(), 3])
+    cur.execute("SET SESSION sql_mode = DEFAULT")
+
+
+def zero_invalid() -> dict[str, str]:
+    """``_invalid`` of the ZERO_ROW: the DC's text of each zero date."""
+    return {name: ZERO_ROW[name] + ("." + "0" * int(name[2:]) if name[2:] not in ("", "0") else "")
+            if name != "dte" else "0000-00-00" for name in sorted(ZERO_DATES)}
+
+
 @pytest.mark.parametrize("channel_zone,binary_format", [("Etc/GMT-8", "hex")])
 def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession, sandbox: Sandbox, unique_name: str,
                                                             channel_zone: str, binary_format: str) -> None:
@@ -87,16 +108,7 @@ def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession
         cur.execute("SET time_zone = '+00:00'")
         try:
             with running(dc, unique_name):
-                cur.execute(f"CREATE TABLE `{db}`.everything (" + ", ".join(f"`{n}` {d}" for n, d, _ in COLUMNS) + ")")
-                rows = [{"id": 1, **MIN_ROW}, {"id": 2, **MAX_ROW}, {"id": 4},
-                        *[{"id": 5 + n, **row} for n, row in enumerate(MIXED_ROWS)]]
-                for row in rows:
-                    cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in row)}) VALUES "
-                                f"({', '.join(['%s'] * len(row))})", list(row.values()))
-                cur.execute("SET SESSION sql_mode = ''")
-                cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in ZERO_ROW)}, id) VALUES "
-                            f"({', '.join(['%s'] * (len(ZERO_ROW) + 1))})", [*ZERO_ROW.values(), 3])
-                cur.execute("SET SESSION sql_mode = DEFAULT")
+                create_matrix(cur, db)
                 inserted = source_rows(conn, db)
                 wait_caught_up(sandbox.source, sandbox.dc, unique_name)
                 assert wait_finished(sandbox.dc, unique_name, request(sandbox.dc, unique_name, db, "everything")) == (
@@ -119,9 +131,7 @@ def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession
         if row["_op"] in ("c", "r"):
             assert_row_equals(f"{row['_op']} of id {row['id']}", row, inserted[row["id"]])
         zero = row["_op"] in ("c", "r") and row["id"] == 3
-        assert row["_invalid"] == ({name: ZERO_ROW[name] + ("." + "0" * int(name[2:]) if name[2:] not in ("", "0")
-                                                            else "") if name != "dte" else "0000-00-00"
-                                    for name in sorted(ZERO_DATES)} if zero else None)
+        assert row["_invalid"] == (zero_invalid() if zero else None)
     update, delete = collected[-2:]
     assert_row_equals("update", update, final[1])
     assert_row_equals("update before", update["_before"], inserted[1])
