@@ -4,7 +4,8 @@
 # tables while changes stream, and show what arrives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gate=.venv/bin/gate
+venv=${GATE_VENV:-.venv}  # the environment gate is installed in (scripts/setup.sh makes .venv)
+gate=$venv/bin/gate
 dc_sql() { mariadb -h 127.0.0.1 -P 33063 -u root demo --table -e "$1"; }
 
 $gate sandbox up
@@ -80,7 +81,7 @@ grep '^skipped' $spark/spark.log || true
 # The table: the workload's first table (t0, t1, t2; DDL may have renamed them) that has rows.
 src_sql() { mariadb --default-character-set=utf8mb4 -h 127.0.0.1 -P 33061 -u root "$@"; }
 # The image's tables are listed in its state, the one-row Delta table _gate (read here with delta-rs).
-images=" $(.venv/bin/python -c "import json, sys; from deltalake import DeltaTable
+images=" $($venv/bin/python -c "import json, sys; from deltalake import DeltaTable
 state = json.loads(DeltaTable(sys.argv[1]).to_pyarrow_table()['image'][0].as_py())
 print(' '.join(n[5:] for n in state['tables'] if n.startswith('shop.')))" $spark/tables/_gate) "
 table=""
@@ -104,7 +105,7 @@ echo
 echo "== shop.$table on the source (first 8 rows by primary key; values as text, cut to 23 characters)"
 src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
 echo "== shop.$table materialised in $spark/tables/shop/$table (a Delta Lake table, typed columns), the same rows"
-DEMO_SPARK=$spark DEMO_TABLE=$table spark_run .venv/bin/python - <<'PY'
+DEMO_SPARK=$spark DEMO_TABLE=$table spark_run $venv/bin/python - <<'PY'
 import os
 import unicodedata
 

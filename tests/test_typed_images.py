@@ -12,18 +12,17 @@ from typing import Any
 import deltalake
 from pyspark.sql import SparkSession
 
-from gate.common.config import ChannelDefaults
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
 from spark_readers.image import read_image
 from spark_readers.materialise import materialise_channel
 from spark_readers.types import to_time
-from tests.replay import make_channel, running, wait_caught_up
+from tests.replay import make_channel, wait_caught_up
 from tests.test_images import delta_rs_table, options, state
 from tests.test_snapshot import request, wait_finished
 from tests.test_type_matrix import COLUMNS
-from tests.test_typed_stream import NO_CODEC, create_matrix, same, source_rows, zero_invalid
+from tests.test_typed_stream import NO_CODEC, matrix_channel, same, source_rows, zero_invalid
 
 TIMES = {name for name, kind, _ in COLUMNS if kind.startswith("TIME(")}  # their text: Delta has no interval type
 
@@ -71,36 +70,26 @@ def test_typed_images_equal_the_source_over_the_type_matrix(spark: SparkSession,
     binaries) into an image updated three times: the inserted rows (a new table), a snapshot with an
     update and a delete after it (a rewrite: SNAPSHOTSTART replaces the rows), then an update and a
     delete alone (a MERGE). Each time every value Spark and delta-rs read equals the source's."""
-    db = f"src_{unique_name}"
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
-        timezone="Etc/GMT-8", binary_format="hex", snapshot_chunk_rows=3, batch_rows=25))
     out = tmp_path / "image"
-    with sandbox.source.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}`")
-        cur.execute("SET time_zone = '+00:00'")
-        try:
-            with running(dc, unique_name):
-                create_matrix(cur, db)
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-                materialise_channel(spark, options(dc, unique_name), str(out))
-                check_image(spark, out, db, source_rows(conn, db))
+    with matrix_channel(sandbox, unique_name, "Etc/GMT-8", "hex") as (dc, db, conn, cur):
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        materialise_channel(spark, options(dc, unique_name), str(out))
+        check_image(spark, out, db, source_rows(conn, db))
 
-                snapshot = request(sandbox.dc, unique_name, db, "everything")
-                assert wait_finished(sandbox.dc, unique_name, snapshot) == ("done", None)
-                cur.execute(f"UPDATE `{db}`.everything SET i = -5, dte = '2001-02-03', vb = 0x00ff WHERE id = 1")
-                cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 2")
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-                materialise_channel(spark, options(dc, unique_name), str(out))
-                check_image(spark, out, db, source_rows(conn, db))
-                assert state(out)["tables"][f"{db}.everything"]["snapshot"] == {"id": snapshot, "state": "done"}
+        snapshot = request(sandbox.dc, unique_name, db, "everything")
+        assert wait_finished(sandbox.dc, unique_name, snapshot) == ("done", None)
+        cur.execute(f"UPDATE `{db}`.everything SET i = -5, dte = '2001-02-03', vb = 0x00ff WHERE id = 1")
+        cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 2")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        materialise_channel(spark, options(dc, unique_name), str(out))
+        check_image(spark, out, db, source_rows(conn, db))
+        assert state(out)["tables"][f"{db}.everything"]["snapshot"] == {"id": snapshot, "state": "done"}
 
-                cur.execute(f"UPDATE `{db}`.everything SET dt6 = '2030-01-02 03:04:05.000006', biu = 7 WHERE id = 4")
-                cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 5")
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-                materialise_channel(spark, options(dc, unique_name), str(out))
-                check_image(spark, out, db, source_rows(conn, db))
-        finally:
-            cur.execute(f"DROP DATABASE `{db}`")
+        cur.execute(f"UPDATE `{db}`.everything SET dt6 = '2030-01-02 03:04:05.000006', biu = 7 WHERE id = 4")
+        cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 5")
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        materialise_channel(spark, options(dc, unique_name), str(out))
+        check_image(spark, out, db, source_rows(conn, db))
     table = state(out)["tables"][f"{db}.everything"]
     assert deltalake.DeltaTable(str(out / table["path"])).history(1)[0]["operation"] == "MERGE"
 
@@ -170,7 +159,7 @@ def test_alters_of_typed_columns(spark: SparkSession, sandbox: Sandbox, unique_n
         for n in ("4", "5")]])
     materialise_channel(spark, options(dc, unique_name), str(out))
     assert [tuple(r) for r in read_image(spark, str(out))["shop.u"].orderBy("id").collect()] == [
-        (4, 1, Decimal("1.000"), 1, None, Decimal("1.0"), None), (5, 5, Decimal("5.000"), 5, None, Decimal("5.0"), None)]
+        (4, 4, Decimal("4.000"), 4, None, Decimal("4.0"), None), (5, 5, Decimal("5.000"), 5, None, Decimal("5.0"), None)]
     channel.write([[("shop", "u", "DROPTABLE", {"DROPTABLE": [{"dbname": "shop", "tablename": "u"}]})],
                    [("shop", "u", "CREATETABLE", {"NEW": [_column("id", "bigint", key=True), _column("b", "bit(1)")]})],
                    [("shop", "u", "INSERT", {"NEW": [{"id": "6"}, {"b": "1"}]})]])

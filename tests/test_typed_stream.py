@@ -5,6 +5,8 @@ continues with the new schema, nothing lost or doubled. One SparkSession serves 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timezone
 from decimal import Decimal
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
-from gate.common.config import ChannelDefaults
+from gate.common.config import ChannelDefaults, ServerConfig
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
@@ -88,6 +90,25 @@ def create_matrix(cur: pymysql.cursors.Cursor, db: str) -> None:
     cur.execute("SET SESSION sql_mode = DEFAULT")
 
 
+@contextmanager
+def matrix_channel(sandbox: Sandbox, unique_name: str, channel_zone: str,
+                   binary_format: str) -> Iterator[tuple[ServerConfig, str, pymysql.Connection, pymysql.cursors.Cursor]]:
+    """A running channel on database src_NAME of the source, whose table everything (create_matrix) it
+    has created: the channel's DC config, the database, and a source connection and cursor (UTC)."""
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
+        timezone=channel_zone, binary_format=binary_format, snapshot_chunk_rows=3, batch_rows=25))  # type: ignore[arg-type]
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute("SET time_zone = '+00:00'")
+        try:
+            with running(dc, unique_name):
+                create_matrix(cur, db)
+                yield dc, db, conn, cur
+        finally:
+            cur.execute(f"DROP DATABASE `{db}`")
+
+
 def zero_invalid() -> dict[str, str]:
     """``_invalid`` of the ZERO_ROW: the DC's text of each zero date."""
     return {name: ZERO_ROW[name] + ("." + "0" * int(name[2:]) if name[2:] not in ("", "0") else "")
@@ -100,25 +121,15 @@ def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession
     """Every type of the matrix through a running channel (TIMESTAMP in a zone that is not UTC, hex
     binaries): each typed value of each insert, snapshot read, update (both images) and delete equals
     the source's value read with PyMySQL; zero dates are NULL with their text in _invalid."""
-    db = f"src_{unique_name}"
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
-        timezone=channel_zone, binary_format=binary_format, snapshot_chunk_rows=3, batch_rows=25))  # type: ignore[arg-type]
-    with sandbox.source.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{db}`")
-        cur.execute("SET time_zone = '+00:00'")
-        try:
-            with running(dc, unique_name):
-                create_matrix(cur, db)
-                inserted = source_rows(conn, db)
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-                assert wait_finished(sandbox.dc, unique_name, request(sandbox.dc, unique_name, db, "everything")) == (
-                    "done", None)
-                cur.execute(f"UPDATE `{db}`.everything SET i = -5, dte = '2001-02-03', vb = 0x00ff WHERE id = 1")
-                cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 2")
-                final = source_rows(conn, db)
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-        finally:
-            cur.execute(f"DROP DATABASE `{db}`")
+    with matrix_channel(sandbox, unique_name, channel_zone, binary_format) as (dc, db, conn, cur):
+        inserted = source_rows(conn, db)
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        assert wait_finished(sandbox.dc, unique_name, request(sandbox.dc, unique_name, db, "everything")) == (
+            "done", None)
+        cur.execute(f"UPDATE `{db}`.everything SET i = -5, dte = '2001-02-03', vb = 0x00ff WHERE id = 1")
+        cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 2")
+        final = source_rows(conn, db)
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
 
     typed = spark.read.format("gate").options(**login(dc, unique_name, table=f"{db}.everything")).load()
     assert typed.schema["biu"].dataType.simpleString() == "decimal(20,0)"
