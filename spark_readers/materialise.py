@@ -16,8 +16,9 @@ primary key:
   are gone; a column added after a row's last change holds the column's DEFAULT for that row, taken
   from the ALTER statement when it is a literal (a number, a string or NULL; implicit defaults of NOT
   NULL integer, decimal and text columns too), else NULL, with a warning. ADD ... FIRST/AFTER
-  positions are not in the payload: added columns come last. Type changes (MODIFY) do not re-render
-  old values. Other statements (OTHERS) do not change the image.
+  positions are not in the payload: added columns come last. CHANGE/MODIFY retype the column
+  (spark_readers.image_types: stored values kept when the change widens them exactly, else NULL with
+  their text in ``_invalid``). Other statements (OTHERS) do not change the image.
 - SNAPSHOTSTART empties the table and sets its columns and key (those of the snapshot; with no key the
   whole row is the identity); SNAPSHOT rows upsert like INSERT; SNAPSHOTEND(done) marks the table
   complete, SNAPSHOTEND(cancelled) leaves it incomplete (what was read and streamed).
@@ -26,6 +27,11 @@ The primary key of a table comes from its CREATETABLE row when the history has o
 ``keys={"db.table": ["col", ...]}`` (by the table's latest name); tables with neither are skipped and
 reported. The columns of a table without CREATETABLE in the history are those of its latest row image,
 changed by the DDL after it.
+
+Columns are typed (spark_readers.image_types, the typed stream's mapping) with the channel's
+:class:`~spark_readers.typed_rows.Typing`, kept in the image: for each table whose column types the
+history defines (CREATETABLE or SNAPSHOTSTART, then ALTERTABLE); the others, and every table of an
+image without typing, have string columns, the DC's text.
 
 Only the few DDL rows are brought to the driver, which works out each table's timeline, starting from
 the stored image's tables; the new rows are matched to it with a broadcast join and reduced per key
