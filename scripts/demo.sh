@@ -106,6 +106,7 @@ echo "== shop.$table on the source (first 8 rows by primary key; values as text,
 src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
 echo "== shop.$table materialised in $spark/tables/shop/$table (a Delta Lake table, typed columns), the same rows"
 DEMO_SPARK=$spark DEMO_TABLE=$table spark_run $venv/bin/python - <<'PY'
+import base64
 import os
 import unicodedata
 
@@ -138,7 +139,9 @@ spark.stop()
 # The image's first rows by primary key, as an aligned table (values as text, cut to 23 characters).
 def cells(text):
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-shown = [["NULL" if v is None else str(v)[:23] for v in image_rows[k]] for k in sorted(image_rows)[:8]]
+def text(value):  # binary values in base64, as the source listing above shows them
+    return "NULL" if value is None else base64.b64encode(value).decode() if isinstance(value, bytes) else str(value)
+shown = [[text(v)[:23] for v in image_rows[k]] for k in sorted(image_rows)[:8]]
 header = [f"{c}: {types[c]}"[:23] for c in columns]
 widths = [max([cells(h)] + [cells(row[i]) for row in shown]) for i, h in enumerate(header)]
 rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
