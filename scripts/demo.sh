@@ -4,7 +4,8 @@
 # tables while changes stream, and show what arrives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gate=.venv/bin/gate
+venv=${GATE_VENV:-.venv}  # the environment gate is installed in (scripts/setup.sh makes .venv)
+gate=$venv/bin/gate
 dc_sql() { mariadb -h 127.0.0.1 -P 33063 -u root demo --table -e "$1"; }
 
 $gate sandbox up
@@ -80,7 +81,7 @@ grep '^skipped' $spark/spark.log || true
 # The table: the workload's first table (t0, t1, t2; DDL may have renamed them) that has rows.
 src_sql() { mariadb --default-character-set=utf8mb4 -h 127.0.0.1 -P 33061 -u root "$@"; }
 # The image's tables are listed in its state, the one-row Delta table _gate (read here with delta-rs).
-images=" $(.venv/bin/python -c "import json, sys; from deltalake import DeltaTable
+images=" $($venv/bin/python -c "import json, sys; from deltalake import DeltaTable
 state = json.loads(DeltaTable(sys.argv[1]).to_pyarrow_table()['image'][0].as_py())
 print(' '.join(n[5:] for n in state['tables'] if n.startswith('shop.')))" $spark/tables/_gate) "
 table=""
@@ -103,8 +104,9 @@ pk=$(src_sql -N -e "SELECT GROUP_CONCAT(CONCAT('\`$table\`.\`', column_name, '\`
 echo
 echo "== shop.$table on the source (first 8 rows by primary key; values as text, cut to 23 characters)"
 src_sql --table -e "SELECT $columns FROM shop.\`$table\` ORDER BY $pk LIMIT 8"
-echo "== shop.$table materialised in $spark/tables/shop/$table (a Delta Lake table), the same rows"
-DEMO_SPARK=$spark DEMO_TABLE=$table spark_run .venv/bin/python - <<'PY'
+echo "== shop.$table materialised in $spark/tables/shop/$table (a Delta Lake table, typed columns), the same rows"
+DEMO_SPARK=$spark DEMO_TABLE=$table spark_run $venv/bin/python - <<'PY'
+import base64
 import os
 import unicodedata
 
@@ -116,51 +118,47 @@ from spark_readers.session import spark_session
 spark_dir, table = os.environ["DEMO_SPARK"], os.environ["DEMO_TABLE"]
 source = pymysql.connect(host="127.0.0.1", port=33061, user="root", database="shop", charset="utf8mb4")
 with source.cursor() as cur:
-    cur.execute("SELECT column_name, data_type FROM information_schema.columns "
-                "WHERE table_schema = 'shop' AND table_name = %s ORDER BY ordinal_position", (table,))
-    types = dict(cur.fetchall())
     cur.execute("SELECT column_name FROM information_schema.statistics WHERE table_schema = 'shop' "
                 "AND table_name = %s AND index_name = 'PRIMARY' ORDER BY seq_in_index", (table,))
     pk = [row[0] for row in cur.fetchall()]
-    # Source values as the text gate writes: CAST(... AS CHAR), binary columns in base64.
-    cur.execute("SELECT " + ", ".join(
-        f"REPLACE(TO_BASE64(`{c}`), '\\n', '')" if "binary" in t or "blob" in t else f"CAST(`{c}` AS CHAR)"
-        for c, t in types.items()) + f" FROM `{table}`")
-    source_rows = [tuple(row) for row in cur.fetchall()]
-columns = list(types)
+    cur.execute(f"SELECT * FROM `{table}`")  # PyMySQL's values: int, Decimal, float, datetime, bytes, str
+    columns = [d[0] for d in cur.description]
+    source_rows = {tuple(row[columns.index(c)] for c in pk): row for row in cur.fetchall()}
 
 spark = spark_session("local[2]")
 spark.sparkContext.setLogLevel("ERROR")
 image = read_image(spark, f"{spark_dir}/tables")[f"shop.{table}"]
-same_columns = sorted(c.lower() for c in image.columns) == sorted(c.lower() for c in columns)
-image_rows = [tuple(row) for row in image.select(*columns).collect()] if same_columns else []
+types = {f.name: f.dataType.simpleString() for f in image.schema.fields}
+same_columns = [c.lower() for c in image.columns] == [c.lower() for c in columns] + ["_invalid"]
+image_rows = {}
+for row in (image.collect() if same_columns else []):
+    values = tuple(bytes(v) if isinstance(v, bytearray) else v for v in row[:len(columns)])
+    image_rows[tuple(values[columns.index(c)] for c in pk)] = values
 spark.stop()
 
-numeric = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}
-keys = [(columns.index(c), types[c] in numeric) for c in pk]
-def by_key(row):
-    return tuple(float(row[i]) if is_number else row[i] for i, is_number in keys)
-source_rows.sort(key=by_key)
-image_rows.sort(key=by_key)
-
-# An aligned table like the mariadb client's, values cut to 23 characters.
+# The image's first rows by primary key, as an aligned table (values as text, cut to 23 characters).
 def cells(text):
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-shown = [[("NULL" if v is None else v[:23]) for v in row] for row in image_rows[:8]]
-widths = [max([4, cells(c)] + [cells(row[i]) for row in shown]) for i, c in enumerate(columns)]
+def text(value):  # binary values in base64, as the source listing above shows them
+    return "NULL" if value is None else base64.b64encode(value).decode() if isinstance(value, bytes) else str(value)
+shown = [[text(v)[:23] for v in image_rows[k]] for k in sorted(image_rows)[:8]]
+header = [f"{c}: {types[c]}"[:23] for c in columns]
+widths = [max([cells(h)] + [cells(row[i]) for row in shown]) for i, h in enumerate(header)]
 rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 def line(values):
     return "| " + " | ".join(v + " " * (w - cells(v)) for v, w in zip(values, widths)) + " |"
-print("\n".join([rule, line(columns), rule, *map(line, shown), rule]))
+print("\n".join([rule, line(header), rule, *map(line, shown), rule]))
 
 if not same_columns:
     print(f"columns differ: source {columns}, materialised {image.columns}")
-for row in sorted(set(source_rows) ^ set(image_rows), key=by_key)[:3]:
-    print(("only in the source: " if row in source_rows else "only materialised: ")
-          + repr(tuple(v if v is None else v[:23] for v in row)))
+differ = [(k, c) for k in sorted(set(source_rows) | set(image_rows), key=repr) for i, c in enumerate(columns)
+          if k not in source_rows or k not in image_rows or source_rows[k][i] != image_rows[k][i]]
+for key, column in differ[:3]:
+    print(f"differs: key {key} column {column}: source {source_rows.get(key, ('missing',) * len(columns))[columns.index(column)]!r}, "
+          f"image {image_rows.get(key, ('missing',) * len(columns))[columns.index(column)]!r}")
 print(f"shop.{table}: source rows: {len(source_rows)}, materialised rows: {len(image_rows)}, identical: "
-      f"{'yes' if same_columns and source_rows == image_rows else 'no'} "
-      f"(all rows, all columns compared as text: {', '.join(columns)})")
+      f"{'yes' if same_columns and not differ else 'no'} (all rows, every column compared by value, "
+      f"PyMySQL's against Spark's: {', '.join(f'{c} {types.get(c)}' for c in columns)})")
 PY
 cat <<'NEXT'
 

@@ -5,8 +5,9 @@ Layout of an image directory ``OUT`` (a local path or any Hadoop file system URL
     OUT/_gate/        Delta table of one row, ``image``: the image's JSON (below); one commit per update
     OUT/DB/TABLE/     Delta table of one source table (a folder ``DB/TABLE~2`` when that name is taken)
 
-The image's JSON is ``{"format": 2, "channel": C, "watermark": {"id": I, "tid": T}, "keys": {...},
-"generation": G, "tables": {"db.table": {"path": "db/table", "version": V, "columns": [...], "key": [...],
+The image's JSON is ``{"format": 3, "channel": C, "watermark": {"id": I, "tid": T}, "keys": {...},
+"generation": G, "typing": {"timezone": Z, "binary_format": B, "as_text": [...]} | null, "tables":
+{"db.table": {"path": "db/table", "version": V, "columns": [...], "types": [...] | null, "key": [...],
 "rows": N, "complete": true|false, "snapshot": {"id": S, "state": "running"|"done"|"cancelled"} |
 null}}, "skipped": {"db.table": "why"}}``: every table as of the watermark is the Delta ``version`` V
 of the table in ``path``. An update commits each table it changes (a MERGE of the changed keys, or an
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 STATE = "_gate"
 LEGACY = ("_gate_image.json", "_gate_materialised")  # the pointer or marker of an older gate's image
-FORMAT = 2
+FORMAT = 3
 _TXN = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion",
         "spark.databricks.delta.commitInfo.userMetadata")
 
@@ -58,6 +59,7 @@ class TableImage:
     complete: bool  # the image holds the whole table: created, truncated or snapshotted within the history
     snapshot: dict[str, Any] | None = None  # the latest snapshot: {"id", "state"}
     version: int = 0  # the Delta version of the table in ``path`` that is this image's
+    types: list[str] | None = None  # each column's data_type when the table is typed, else None (all strings)
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Image:
     tables: dict[str, TableImage]
     skipped: dict[str, str] = field(default_factory=dict)
     generation: int = 0  # 0 for the first build, one more for each rebuild into the same directory
+    typing: dict[str, Any] | None = None  # the Typing (spark_readers.typed_rows) of typed tables; None: strings
 
     def as_json(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self)}
@@ -76,7 +79,7 @@ class Image:
     def from_json(cls, data: dict[str, Any]) -> Image:
         return cls(data["channel"], data["watermark"], data["keys"],
                    {name: TableImage(**table) for name, table in data["tables"].items()},
-                   data.get("skipped", {}), data.get("generation", 0))
+                   data.get("skipped", {}), data.get("generation", 0), data.get("typing"))
 
 
 @dataclass(frozen=True)

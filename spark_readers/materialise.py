@@ -16,8 +16,9 @@ primary key:
   are gone; a column added after a row's last change holds the column's DEFAULT for that row, taken
   from the ALTER statement when it is a literal (a number, a string or NULL; implicit defaults of NOT
   NULL integer, decimal and text columns too), else NULL, with a warning. ADD ... FIRST/AFTER
-  positions are not in the payload: added columns come last. Type changes (MODIFY) do not re-render
-  old values. Other statements (OTHERS) do not change the image.
+  positions are not in the payload: added columns come last. CHANGE/MODIFY retype the column
+  (spark_readers.image_types: stored values kept when the change widens them exactly, else NULL with
+  their text in ``_invalid``). Other statements (OTHERS) do not change the image.
 - SNAPSHOTSTART empties the table and sets its columns and key (those of the snapshot; with no key the
   whole row is the identity); SNAPSHOT rows upsert like INSERT; SNAPSHOTEND(done) marks the table
   complete, SNAPSHOTEND(cancelled) leaves it incomplete (what was read and streamed).
@@ -26,6 +27,11 @@ The primary key of a table comes from its CREATETABLE row when the history has o
 ``keys={"db.table": ["col", ...]}`` (by the table's latest name); tables with neither are skipped and
 reported. The columns of a table without CREATETABLE in the history are those of its latest row image,
 changed by the DDL after it.
+
+Columns are typed (spark_readers.image_types, the typed stream's mapping) with the channel's
+:class:`~spark_readers.typed_rows.Typing`, kept in the image: for each table whose column types the
+history defines (CREATETABLE or SNAPSHOTSTART, then ALTERTABLE); the others, and every table of an
+image without typing, have string columns, the DC's text.
 
 Only the few DDL rows are brought to the driver, which works out each table's timeline, starting from
 the stored image's tables; the new rows are matched to it with a broadcast join and reduced per key
@@ -42,9 +48,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from dataclasses import asdict, dataclass, replace
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -53,249 +57,24 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committing, table_version
+from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
 from spark_readers.load import OutputDir, read_cursor, read_increments
 from spark_readers.rows import ROW_OPTYPES
 from spark_readers.session import spark_job
 from spark_readers.source import Channel, settings
+from spark_readers.timeline import TableLife, backward, forward, keyed, timeline
+from spark_readers.typed import channel_typing
+from spark_readers.typed_rows import TypedTable, Typing
 
 log = logging.getLogger(__name__)
 
-_END = 2**63 - 1
 BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
-Name = tuple[str, str]  # dbname, tablename
-Op = tuple[str, str, "str | None"]  # ("rename", old, new) | ("drop", name, None) | ("add", name, default)
-
-
-@dataclass
-class _Epoch:
-    """A stretch of a table's life with one name, one set of columns and one key: rows ``lo < id < hi``."""
-
-    lo: int
-    name: Name
-    pk: list[str] | None  # as this epoch's images spell the columns; None: not known from the history
-    ops: list[Op] = field(default_factory=list)  # the column changes that opened this epoch
-    hi: int = _END
-
-
-@dataclass
-class _Table:
-    """One table from its creation (or the start of the history, or the stored image) to its drop (or now)."""
-
-    key: int
-    columns: list[str] | None  # current columns; None: not known from the history
-    epochs: list[_Epoch]
-    floor: int = 0  # id of the last TRUNCATE or SNAPSHOTSTART: earlier rows are gone
-    dropped: bool = False
-    complete: bool = False  # created, truncated or snapshotted (done) within the history
-    snapshot: dict[str, Any] | None = None  # the latest snapshot: {"id", "state"}
-    stored: TableImage | None = None  # its image at the watermark, when the update started from one
-
-    @property
-    def name(self) -> str:
-        return ".".join(self.epochs[-1].name)
 
 
 @dataclass(frozen=True)
 class Materialised:
     tables: dict[str, int]  # "db.table" -> rows written
     skipped: dict[str, str]  # "db.table" -> why it was not written
-
-
-def _same(a: str, b: str) -> bool:
-    return a.casefold() == b.casefold()  # column names are case-insensitive
-
-
-def _forward(columns: list[str], ops: list[Op], adds: bool = True) -> list[str]:
-    """Columns after ``ops`` (with ``adds=False``, only renames and drops: for key columns)."""
-    for kind, name, other in ops:
-        if kind == "rename":
-            columns = [str(other) if _same(c, name) else c for c in columns]
-        elif kind == "drop":
-            columns = [c for c in columns if not _same(c, name)]
-        elif adds and not any(_same(c, name) for c in columns):
-            columns = [*columns, name]
-    return columns
-
-
-def _backward(table: _Table, final: list[str]) -> tuple[list[dict[str, str]], dict[str, str | None]]:
-    """For each epoch, final column -> its name in that epoch's images (missing: added later); and each
-    final column's default from its latest ADD."""
-    mapping = {c: c for c in final}
-    defaults: dict[str, str | None] = {}
-    names: list[dict[str, str]] = []
-    for epoch in reversed(table.epochs):
-        names.append(dict(mapping))
-        for kind, name, other in reversed(epoch.ops):
-            if kind == "rename":
-                mapping = {c: name if _same(n, str(other)) else n for c, n in mapping.items()}
-            elif kind == "add":
-                for c in [c for c, n in mapping.items() if _same(n, name)]:
-                    defaults.setdefault(c, other)
-                    del mapping[c]
-    return names[::-1], defaults
-
-
-_INTEGER = re.compile(r"^(tiny|small|medium|big)?int(eger)?\b|^(bool|boolean|serial)\b")
-_DECIMAL = re.compile(r"^(decimal|numeric|dec|fixed)(\(\d+(?:,(\d+))?\))?")
-_TEXT = re.compile(r"^((var)?char|(tiny|medium|long)?text|enum|national|nchar|nvarchar|character)\b")
-_LITERAL = re.compile(r"\bDEFAULT\s*(?:\(\s*)?('(?:[^'\\]|\\.|'')*'|[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|NULL\b)",
-                      re.IGNORECASE)
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "b": "\b", "Z": "\x1a"}
-
-
-def _definition(sql: str, column: str) -> str | None:
-    """The text of ``column``'s definition in an ALTER TABLE ... ADD statement, up to its end."""
-    match = re.search(rf"(?:\bADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?\(?|,)\s*`?{re.escape(column)}`?\s+",
-                      sql, re.IGNORECASE)
-    if not match:
-        return None
-    depth, quote, end = 0, "", len(sql)
-    for pos in range(match.end(), len(sql)):
-        char = sql[pos]
-        if quote:
-            quote = "" if char == quote and sql[pos - 1] != "\\" else quote
-        elif char in "'\"`":
-            quote = char
-        elif char == "(":
-            depth += 1
-        elif char == ")" and depth:
-            depth -= 1
-        elif char in ",)" and not depth:
-            end = pos
-            break
-    return sql[match.end():end]
-
-
-def column_default(sql: str, column: str, data_type: str) -> str | None:
-    """The text an added column shows for existing rows, when the statement makes it a literal; else None."""
-    definition = _definition(sql, column)
-    literal = _LITERAL.search(definition or "")
-    kind = data_type.lower()
-    if literal:
-        text = literal.group(1)
-        if text.upper() == "NULL":
-            return None
-        if text.startswith("'"):
-            text = re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text[1:-1].replace("''", "'"))
-    elif definition is not None and "NOT NULL" in definition.upper():
-        text = "" if _TEXT.match(kind) else "0"
-    else:
-        return None
-    try:
-        if _INTEGER.match(kind):
-            return str(Decimal(text).to_integral_value(ROUND_HALF_UP))
-        decimal = _DECIMAL.match(kind)
-        if decimal:
-            return format(Decimal(text).quantize(Decimal(1).scaleb(-int(decimal.group(3) or 0)), ROUND_HALF_UP), "f")
-    except InvalidOperation:
-        pass
-    else:
-        if _TEXT.match(kind):
-            return text
-    log.warning("the default of added column %s (%s) in %.200s is not known here; rows written before it was "
-                "added show NULL for it in the image", column, data_type, sql)
-    return None
-
-
-class _Timeline:
-    """The tables of the history, worked out from its DDL rows in id order."""
-
-    def __init__(self, image: Image | None = None) -> None:
-        self.tables: list[_Table] = []
-        self.current: dict[Name, _Table] = {}
-        for name, stored in (image.tables.items() if image else ()):
-            db, table = name.split(".", 1)
-            self.current[(db, table)] = _Table(len(self.tables), list(stored.columns),
-                                               [_Epoch(image.watermark["id"] if image else 0, (db, table),
-                                                       list(stored.key))],
-                                               complete=stored.complete, snapshot=stored.snapshot, stored=stored)
-            self.tables.append(self.current[(db, table)])
-
-    def table(self, name: Name) -> _Table:
-        """The table now called ``name``; one that existed before the history began if it is new here."""
-        if name not in self.current:
-            self.current[name] = _Table(len(self.tables), None, [_Epoch(0, name, None)])
-            self.tables.append(self.current[name])
-        return self.current[name]
-
-    def _drop(self, name: Name) -> None:
-        self.table(name).dropped = True
-        del self.current[name]
-
-    @staticmethod
-    def _next(table: _Table, at: int, name: Name, pk: list[str] | None, ops: list[Op] | None = None) -> None:
-        table.epochs[-1].hi = at
-        table.epochs.append(_Epoch(at, name, pk, ops or []))
-
-    def apply(self, at: int, optype: str, name: Name, ddl: dict[str, Any]) -> None:
-        if optype == "CREATETABLE":
-            if name in self.current:
-                self._drop(name)
-            columns = ddl.get("NEW") or []
-            pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or None
-            self.current[name] = _Table(len(self.tables), [c["field_name"] for c in columns] or None,
-                                        [_Epoch(at, name, pk)], complete=True)
-            self.tables.append(self.current[name])
-        elif optype == "SNAPSHOTSTART":
-            self._snapshot_start(at, name, ddl)
-        elif optype == "SNAPSHOTEND":
-            table = self.table(name)
-            marker = ddl.get("SNAPSHOT") or {}
-            if table.snapshot and table.snapshot["id"] == marker.get("id"):
-                table.snapshot = {"id": marker.get("id"), "state": marker.get("state")}
-                table.complete = marker.get("state") == "done"
-        elif optype == "ALTERTABLE":
-            self._alter(at, name, ddl)
-        elif optype == "RENAME":
-            self._rename(at, ddl["RENAME"])
-        elif optype == "TRUNCATE":
-            self.table(name).floor = at
-            self.table(name).complete = True
-        elif optype == "DROPTABLE":
-            for ref in ddl.get("DROPTABLE") or [{"dbname": name[0], "tablename": name[1]}]:
-                self._drop((ref["dbname"], ref["tablename"]))
-
-    def _snapshot_start(self, at: int, name: Name, ddl: dict[str, Any]) -> None:
-        """Forget the table's rows; its columns and key are the snapshot's (the key [] : whole rows)."""
-        table = self.table(name)
-        columns = ddl.get("NEW") or []
-        marker = ddl.get("SNAPSHOT") or {}
-        pk = [c["field_name"] for c in columns if c["primary_key"] == "Yes"] or list(marker.get("key") or [])
-        table.columns = [c["field_name"] for c in columns] or table.columns
-        table.floor = at
-        table.complete = False
-        table.snapshot = {"id": marker.get("id"), "state": "running"}
-        self._next(table, at, name, pk)
-
-    def _alter(self, at: int, name: Name, ddl: dict[str, Any]) -> None:
-        table = self.table(name)
-        ops: list[Op] = [("rename", c["origin_field_name"], c["field_name"]) for c in ddl.get("CHANGECOLUMN") or []
-                         if c["origin_field_name"] != c["field_name"]]
-        ops += [("drop", column, None) for column in ddl.get("DROPCOLUMN") or []]
-        ops += [("add", c["field_name"], column_default(ddl.get("SQL") or "", c["field_name"], c["data_type"] or ""))
-                for c in ddl.get("ADDCOLUMN") or []]
-        pk = table.epochs[-1].pk
-        pk = _forward(pk, ops, adds=False) if pk else None
-        if "PRIMARY" in (ddl.get("DROPINDEX") or []):
-            pk = None
-        for index in ddl.get("ADDINDEX") or []:
-            if index["index_name"] == "PRIMARY":
-                pk = list(index["column_name"])
-        if table.columns is not None:
-            table.columns = _forward(table.columns, ops)
-        self._next(table, at, name, pk, ops)
-        self._rename(at, ddl.get("RENAME") or [])
-
-    def _rename(self, at: int, pairs: list[dict[str, dict[str, str]]]) -> None:
-        for pair in pairs:
-            old = (pair["from"]["dbname"], pair["from"]["tablename"])
-            new = (pair["to"]["dbname"], pair["to"]["tablename"])
-            table = self.table(old)
-            del self.current[old]
-            if new in self.current:
-                self._drop(new)
-            self.current[new] = table
-            self._next(table, at, new, table.epochs[-1].pk)
 
 
 _SEGMENTS = StructType([StructField("table", IntegerType()), StructField("epoch", IntegerType()),
@@ -336,67 +115,92 @@ def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column
     return value.cast("string").alias(column)
 
 
-def _timeline(history: DataFrame, image: Image | None) -> _Timeline:
-    """The tables: those of ``image``, changed by the history's DDL rows replayed in id order, plus tables
-    only written to."""
-    rows = F.col("optype").isin(*ROW_OPTYPES)
-    ddl = F.collect_list(F.when(~rows, F.struct("id", "optype", "ddl")))
-    timeline = _Timeline(image)
-    names = history.groupBy("dbname", "tablename").agg(ddl.alias("ddl"), F.max(rows).alias("written")).collect()
-    for row, name in sorted(((row, (n.dbname, n.tablename)) for n in names for row in n.ddl), key=lambda r: r[0].id):
-        timeline.apply(row.id, row.optype, name, row.ddl.asDict(recursive=True) if row.ddl else {})
-    for n in names:
-        if n.written and not any(e.name == (n.dbname, n.tablename) for t in timeline.tables for e in t.epochs):
-            timeline.table((n.dbname, n.tablename))
-    return timeline
+def _typed(table: TableLife, final: list[str], typing: Typing | None, carried: TableImage | None) -> TypedTable | None:
+    """The table's typed form: when the image is typed, the history defines the table's column types and
+    its stored rows, if kept, are typed too; else None (string columns)."""
+    schema = table.schema
+    if typing is None or schema is None or (carried is not None and carried.types is None):
+        return None
+    folded = [c.casefold() for c in final]
+    if [c.casefold() for c, _ in schema] != folded or INVALID in folded:
+        return None
+    return for_delta(typing.table(table.name, tuple(zip(final, (kind for _, kind in schema)))))
 
 
-def _keyed(timeline: _Timeline, keys: dict[str, list[str]], skipped: dict[str, str]) -> list[_Table]:
-    """The tables to write: not dropped, with a key for every stretch of rows still in the image."""
-    live = []
-    for table in timeline.tables:
-        if table.dropped:
-            continue
-        if any(e.pk is None for e in table.epochs if max(e.lo, table.floor) < e.hi):
-            if table.name not in keys:
-                skipped[table.name] = "no primary key known: give it as a key (--key DB.TABLE=COL,...)"
-                continue
-            names, _ = _backward(table, keys[table.name])
-            for epoch, mapping in zip(table.epochs, names):
-                if epoch.pk is None:
-                    epoch.pk = [mapping.get(c, c) for c in keys[table.name]]
-        live.append(table)
-    return live
+def _stored_typed(table: TableLife, typed: TypedTable) -> tuple[TypedTable, list[str]]:
+    """The stored image of a typed table as a TypedTable, and the columns of its rows' identity."""
+    stored = table.stored
+    assert stored is not None and stored.types is not None
+    return replace(typed, columns=tuple(zip(stored.columns, stored.types))), stored.key or sorted(stored.columns)
 
 
-def _stored_rows(spark: SparkSession, store: ImageStore, table: _Table, final: list[str], names: dict[str, str],
-                 defaults: dict[str, str | None], changed: DataFrame) -> DataFrame:
-    """The rows of the table's stored image that the history after it leaves alone, in ``final`` columns."""
+def _stored_rows(spark: SparkSession, store: ImageStore, table: TableLife, final: list[str], names: dict[str, str],
+                 defaults: dict[str, str | None], changed: DataFrame, typed: TypedTable | None) -> DataFrame:
+    """The rows of the table's stored image that the history after it leaves alone, in ``final`` columns
+    (typed as ``typed``, then ``_invalid``, when the table is typed)."""
     assert table.stored is not None
     stored = table.stored
-    identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
-    columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
-               for c in final]
-    return (spark.read.format("delta").option("versionAsOf", stored.version).load(store.url(stored.path))
-            .withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns))
+    rows = spark.read.format("delta").option("versionAsOf", stored.version).load(store.url(stored.path))
+    if typed is None:
+        identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
+        columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
+                   for c in final]
+    else:
+        identity = F.struct(*[F.col(f"`{c}`").alias(key_column(i)) for i, c in enumerate(_stored_typed(table, typed)[1])])
+        columns = stored_columns(rows.schema, typed, names, defaults)
+    return rows.withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns)
+
+
+def _changed_keys(latest: DataFrame, table: TableLife, typed: TypedTable | None) -> DataFrame:
+    """The keys the update's rows touch (``_gate_key``), comparable with :func:`_stored_rows`' identities."""
+    keys = latest.filter(F.col("table") == table.key).select("key")
+    if typed is None:
+        return keys.select(F.col("key").alias("_gate_key"))
+    stored, columns = _stored_typed(table, typed)
+    return converted(keys, None, identity(stored, columns)).select(
+        F.struct(*[key_column(i) for i in range(len(columns))]).alias("_gate_key"))
+
+
+def _mergeable(typed: TypedTable | None, key: list[str]) -> bool:
+    """Whether MERGE can match the table's rows: by the values of its ``key`` (its identity's columns) as
+    an array, which holds one Spark type."""
+    return typed is None or len({f.dataType for f in identity(typed, key).image_schema().fields}) == 1
+
+
+def _changes(latest: DataFrame, table: TableLife, names: list[dict[str, str]], defaults: dict[str, str | None],
+             final: list[str], typed: TypedTable | None, key: list[str]) -> DataFrame:
+    """The changed keys' rows for MERGE: the columns, ``_gate_key`` (the values of ``key``) and ``alive``."""
+    text = latest.filter(F.col("table") == table.key).select(*[_column(names, defaults, c) for c in final], "key",
+                                                                "alive")
+    if typed is None:
+        return text.withColumnRenamed("key", "_gate_key")
+    frame = converted(text, typed, identity(typed, key), ["alive"])
+    return frame.select(*[F.col(f"`{c}`") for c in final], INVALID,
+                        F.array(*[key_column(i) for i in range(len(key))]).alias("_gate_key"), "alive")
 
 
 def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int], DataFrame], through: tuple[int, int],
                  channel: str | None = None, keys: dict[str, list[str]] | None = None, full: bool = False,
-                 rebuild: bool = True) -> Materialised:
+                 rebuild: bool = True, typing: Typing | None = None) -> Materialised:
     """Bring the image in ``out_path`` to row ``through`` = (id, tid): apply ``rows_after(watermark)`` (the
-    parsed rows after the stored image's watermark, up to ``through``) to it. With no image, with ``full``,
-    or when ``keys`` differ from the image's, the image is rebuilt from ``rows_after(0)`` (refused when
-    ``rebuild`` is False: the caller has only the newest rows)."""
+    parsed rows after the stored image's watermark, up to ``through``) to it. Tables are typed with
+    ``typing`` (the channel's settings), else with the image's; with neither, their columns are strings.
+    With no image, with ``full``, or when ``keys`` or ``typing`` differ from the image's, the image is
+    rebuilt from ``rows_after(0)`` (refused when ``rebuild`` is False: the caller has only the newest rows)."""
     keys = keys or {}
     store = ImageStore(spark, out_path)
     before = store.current(channel)
-    start = before if before is not None and not full and before.keys == keys else None
-    if before is not None and start is None:
+    stored_typing = (Typing(before.typing["timezone"], before.typing["binary_format"], tuple(before.typing["as_text"]))
+                     if before is not None and before.typing else None)
+    typing = typing or stored_typing
+    start = before if before is not None and not full and before.keys == keys and stored_typing == typing else None
+    if before is not None and start is None and not full:
+        change = (f"other keys ({before.keys}) than {keys}" if before.keys != keys else
+                  f"other column types ({stored_typing or 'strings'}) than {typing}")
         if not rebuild:
-            raise MaterialiseError(f"{out_path} was built with other keys ({before.keys}) than {keys}: rebuild it "
-                                   "from the whole history (gate spark-materialise --full).")
-        log.info("rebuilding the image in %s from the whole history", out_path)
+            raise MaterialiseError(f"{out_path} was built with {change}: rebuild it from the whole history "
+                                   "(gate spark-materialise --full).")
+        log.info("rebuilding the image in %s from the whole history: it was built with %s", out_path, change)
     watermark = start.watermark["id"] if start else 0
     if start is not None and through[0] <= watermark:
         return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
@@ -404,7 +208,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     commit = Commit(f"gate-image:{generation}", through, channel)
     history = rows_after(watermark).filter(F.col("id") > watermark).persist()
     try:
-        image = _apply(spark, store, commit, history, start, keys)
+        image = _apply(spark, store, commit, history, start, keys, typing)
     finally:
         history.unpersist()
     image.generation = generation
@@ -430,7 +234,7 @@ def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame
         spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 
 
-def _folder(table: _Table, taken: set[str]) -> str:
+def _folder(table: TableLife, taken: set[str]) -> str:
     """The folder of a table written anew: DB/TABLE, or DB/TABLE~N when another table of the image has it."""
     base = "/".join(table.epochs[-1].name)
     path, serial = base, 1
@@ -441,11 +245,11 @@ def _folder(table: _Table, taken: set[str]) -> str:
 
 
 def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: DataFrame, start: Image | None,
-           keys: dict[str, list[str]]) -> Image:
+           keys: dict[str, list[str]], typing: Typing | None) -> Image:
     """Commit the tables the history changes, each as one Delta commit of ``commit``; the image that names
     them."""
     skipped: dict[str, str] = {}
-    live = _keyed(_timeline(history, start), keys, skipped)
+    live = keyed(timeline(history, start), keys, skipped)
     segments = spark.createDataFrame(
         [(t.key, i, *e.name, max(e.lo, t.floor), e.hi, e.pk) for t in live for i, e in enumerate(t.epochs)
          if max(e.lo, t.floor) < e.hi], _SEGMENTS)
@@ -462,34 +266,38 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
             epoch, columns = stats[table.key].last
             final = list(columns)
             for later in table.epochs[epoch + 1:]:
-                final = _forward(final, later.ops)
+                final = forward(final, later.ops)
         if final is None:
             skipped[table.name] = "its columns are unknown: no CREATE TABLE and no row in the history"
             continue
-        names, defaults = _backward(table, final)
+        names, defaults = backward(table, final)
         carried = table.stored if table.floor == 0 else None
         pk = list(table.epochs[-1].pk or [])
-        same = carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
+        typed = _typed(table, final, typing, carried)
+        types = [kind for _, kind in typed.columns] if typed else None
+        same = (carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
+                and carried.types == types)
         if carried and same and table.key not in stats:
             tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot,
-                                            carried.version)
+                                            carried.version, types)
             continue  # no row and no column changed (perhaps renamed): the stored version stays the image
-        if carried and same and len(table.epochs) == 1:  # only rows changed: MERGE them
-            changes = latest.filter(F.col("table") == table.key).select(
-                *[_column(names, defaults, c) for c in final], F.col("key").alias("_gate_key"), "alive")
+        key = pk or sorted(final)
+        if carried and same and len(table.epochs) == 1 and _mergeable(typed, key):  # only rows changed: MERGE them
             url = store.url(carried.path)
-            _merge(spark, url, carried, changes, commit)
+            _merge(spark, url, replace(carried, columns=[*final, INVALID], key=key) if typed else carried,
+                   _changes(latest, table, names, defaults, final, typed, key), commit)
             version = table_version(spark, url)
             tables[table.name] = TableImage(carried.path, final, pk, _count(spark, url, version), table.complete,
-                                            table.snapshot, version)
+                                            table.snapshot, version, types)
             continue
         frame = latest.filter(F.col("alive") & (F.col("table") == table.key)).select(
             *[_column(names, defaults, c) for c in final])
+        frame = converted(frame, typed) if typed else frame
         if carried:
-            changed = latest.filter(F.col("table") == table.key).select(F.col("key").alias("_gate_key"))
+            changed = _changed_keys(latest, table, typed)
             if table.key not in stats or stats[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
                 changed = F.broadcast(changed)
-            frame = _stored_rows(spark, store, table, final, names[0], defaults, changed).unionByName(frame)
+            frame = _stored_rows(spark, store, table, final, names[0], defaults, changed, typed).unionByName(frame)
         own = table.stored.path if table.stored else None
         path = own if own == "/".join(table.epochs[-1].name) else _folder(table, taken)
         taken.add(path)
@@ -498,21 +306,31 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
          .options(**commit.writer_options()).save(url))
         version = table_version(spark, url)
         tables[table.name] = TableImage(path, final, pk, _count(spark, url, version), table.complete, table.snapshot,
-                                        version)
+                                        version, types)
     latest.unpersist()
-    return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped)
+    return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped,
+                 typing=asdict(typing) if typing else None)
 
 
 def _count(spark: SparkSession, url: str, version: int) -> int:
     return spark.read.format("delta").option("versionAsOf", version).load(url).count()
 
 
+def read_typing(options: dict[str, str]) -> Typing:
+    """The typing of the channel that ``options`` (of ``format("gate")``) name, from its settings in the DC."""
+    login = settings(options).login
+    with Channel(login) as dc:
+        return channel_typing(dc.conn, login)
+
+
 def materialise(spark: SparkSession, increments: str, out_path: str, channel: str | None = None,
-                keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
-    """Bring the image in ``out_path`` up to the rows loaded into ``increments`` (by spark_readers.load)."""
+                keys: dict[str, list[str]] | None = None, full: bool = False,
+                typing: Typing | None = None) -> Materialised:
+    """Bring the image in ``out_path`` up to the rows loaded into ``increments`` (by spark_readers.load);
+    ``typing``: the channel's (:func:`read_typing`), else the image's, else string columns."""
     cursor = read_cursor(OutputDir(spark, increments), channel)
     return update_image(spark, out_path, lambda after: read_increments(spark, increments, channel, after),
-                        (cursor.id, cursor.tid), channel, keys, full)
+                        (cursor.id, cursor.tid), channel, keys, full, typing=typing)
 
 
 def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: str,
@@ -523,31 +341,37 @@ def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: 
     with Channel(login) as dc:
         end = dc.checkpoint()
         through = (end, dc.tid(end))
+        typing = channel_typing(dc.conn, login)
     source = {k: v for k, v in options.items() if k.lower() not in ("startingid", "endingid")}
 
     def rows_after(after: int) -> DataFrame:
         return (spark.read.format("gate").options(**source).option("startingId", after + 1)
                 .option("endingId", end).load())
 
-    return update_image(spark, out_path, rows_after, through, login.channel, keys, full)
+    return update_image(spark, out_path, rows_after, through, login.channel, keys, full, typing=typing)
 
 
 class ImageUpdater:
     """A ``foreachBatch`` function that applies each micro-batch of a ``format("gate")`` stream to the image
     in ``out_path``::
 
-        stream.writeStream.foreachBatch(ImageUpdater("/data/shop_now", "shop")) \
+        stream.writeStream.foreachBatch(ImageUpdater("/data/shop_now", "shop", source=options)) \
             .option("checkpointLocation", "/data/shop_now.checkpoint").start()
 
-    Exactly once: a batch Spark replays after a crash holds rows at or below the image's watermark and
-    changes nothing. The stream must continue the image: start it at the row after the watermark
-    (``startingId``); a batch that leaves a gap after the watermark is refused.
+    ``source`` (the stream's options) lets it read the channel's typing (:func:`read_typing`) once; without
+    it, the image's typing is used, else columns are strings. Exactly once: a batch Spark replays after a
+    crash holds rows at or below the image's watermark and changes nothing. The stream must continue the
+    image: start it at the row after the watermark (``startingId``); a batch that leaves a gap after the
+    watermark is refused.
     """
 
-    def __init__(self, out_path: str, channel: str | None = None, keys: dict[str, list[str]] | None = None) -> None:
+    def __init__(self, out_path: str, channel: str | None = None, keys: dict[str, list[str]] | None = None,
+                 source: dict[str, str] | None = None) -> None:
         self.out_path = out_path
         self.channel = channel
         self.keys = keys or {}
+        self.source = source
+        self.typing: Typing | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
@@ -563,8 +387,10 @@ class ImageUpdater:
                     f"Micro-batch {batch_id} starts at row {first}, but the image in {self.out_path} holds rows up "
                     f"to {before.watermark['id']} only: start the stream at startingId={before.watermark['id'] + 1} "
                     "(with a new checkpointLocation), or rebuild the image with gate spark-materialise --full.")
+            if self.source is not None and self.typing is None:
+                self.typing = read_typing(self.source)
             update_image(spark, self.out_path, lambda after: batch, (int(last), int(tid)), self.channel, self.keys,
-                         rebuild=before is None)
+                         rebuild=before is None, typing=self.typing)
         finally:
             batch.unpersist()
 

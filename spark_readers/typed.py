@@ -23,13 +23,12 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from gate.common.columns import matching
 from gate.common.config import check_identifier
 from gate.common.dc import read_settings
 from gate.common.errors import InvalidValue, MissingPrivileges, TableSchemaChanged
 from spark_readers.source import Channel, GateBatchReader, GateStreamReader, IdRange, Login, Settings, require_kept
 from spark_readers.table_schema import Change, columns_at, first_change, same
-from spark_readers.typed_rows import META, RowBuilder, TypedTable
+from spark_readers.typed_rows import META, RowBuilder, TypedTable, Typing
 
 CHUNK = 10_000  # rows per query of a range read
 
@@ -55,6 +54,17 @@ def describe(table: str, change: Change) -> str:
     return f"{change.optype} row {change.id} on {table}: {change.sql[:300]}"
 
 
+def channel_typing(conn: pymysql.Connection, login: Login) -> Typing:
+    """The channel's settings that typed values depend on, from its gate_settings."""
+    try:
+        return Typing.of(read_settings(conn, login.channel))
+    except pymysql.err.OperationalError as exc:
+        raise MissingPrivileges(
+            f"A typed read of channel '{login.channel}' needs its time zone and binary format from "
+            f"{login.channel}.gate_settings, which user '{login.user}' cannot read ({exc.args[-1]}). "
+            f"GRANT SELECT ON {login.channel}.gate_settings TO the reader.") from None
+
+
 def typed_table(settings: Settings, table: str) -> TypedTable:
     """The table's columns where the query starts (the consumer's stored position when it has one, else
     startingId or the oldest kept row), with the channel's settings."""
@@ -65,21 +75,13 @@ def typed_table(settings: Settings, table: str) -> TypedTable:
         position = _consumer_position(conn, settings.consumer)
         if position is None:
             position = dc.start(settings.starting_id)
-        try:
-            channel = read_settings(conn, login.channel)
-        except pymysql.err.OperationalError as exc:
-            raise MissingPrivileges(
-                f"A typed read of channel '{login.channel}' needs its time zone and binary format from "
-                f"{login.channel}.gate_settings, which user '{login.user}' cannot read ({exc.args[-1]}). "
-                f"GRANT SELECT ON {login.channel}.gate_settings TO the reader.") from None
+        typing = channel_typing(conn, login)
         columns = columns_at(conn, login.channel, db, name, position, dc.checkpoint())
     clash = [c for c, _ in columns if c in META]
     if clash:
         raise InvalidValue(f"Table {table} has columns named like the stream's own ({', '.join(clash)}): read it "
                            'without the option "table".')
-    as_text = frozenset(c.casefold() for c, _ in columns
-                        if any(rule.kind != "exclude" for rule in matching(channel.columns, db, name, c)))
-    return TypedTable(table, columns, channel.defaults.timezone, channel.defaults.binary_format, as_text)
+    return typing.table(f"{db}.{name}", columns)
 
 
 def planned_table(settings: Settings, known: TypedTable | None, schema: StructType) -> TypedTable:

@@ -8,8 +8,8 @@ type cannot hold, which is NULL in the row; before-image columns as ``_before.co
 A delete's columns hold the deleted row. CREATETABLE, ALTERTABLE and SNAPSHOTEND rows give no row (a
 statement that changes the columns stops the stream before it is read).
 
-This module runs on executors: it imports only the standard library, pyarrow, pyspark and
-spark_readers.types.
+This module runs on executors: it imports only the standard library, pyarrow, pyspark,
+gate.common.columns, pymysql and spark_readers' types and table_schema.
 """
 
 from __future__ import annotations
@@ -17,19 +17,63 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 
+from gate.common.columns import ColumnRule, matching
 from gate.common.errors import TableSchemaChanged
-from spark_readers.types import ColumnType, Unrepresentable, column_type
+from spark_readers.table_schema import Columns
+from spark_readers.types import ColumnType, Converter, Unrepresentable, column_type
+
+if TYPE_CHECKING:
+    from gate.common.dc import ChannelSettings
 
 META = ("_op", "_id", "_tid", "_ts", "_before", "_invalid")
 _OPS = {"INSERT": "c", "UPDATE": "u", "DELETE": "d", "SNAPSHOT": "r", "TRUNCATE": "t", "DROPTABLE": "t",
         "RENAME": "t", "SNAPSHOTSTART": "t"}
+
+
+def typed_values(names: Sequence[str], texts: Sequence[str | None], converters: Sequence[Converter],
+                 invalid: dict[str, str], prefix: str = "") -> list[Any]:
+    """The typed values of one row's texts (None: NULL); a text its type cannot hold is NULL, and
+    ``invalid[prefix + name]`` keeps it."""
+    values: list[Any] = []
+    for name, text, convert in zip(names, texts, converters):
+        if text is None:
+            values.append(None)
+            continue
+        try:
+            values.append(convert(text))
+        except Unrepresentable:
+            values.append(None)
+            invalid[prefix + name] = text
+    return values
+
+
+@dataclass(frozen=True)
+class Typing:
+    """The channel settings a value's conversion depends on: its time zone, binary format, and the
+    patterns (``db.table.column``) of its column rules, whose columns hold the rule's text: string."""
+
+    timezone: str = "UTC"
+    binary_format: str = "base64"
+    as_text: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, channel: ChannelSettings) -> Typing:
+        return cls(channel.defaults.timezone, channel.defaults.binary_format,
+                   tuple(rule.pattern for rule in channel.columns if rule.kind != "exclude"))
+
+    def table(self, table: str, columns: Columns) -> TypedTable:
+        """``table`` ("db.table") of ``columns`` (name, data_type) typed with these settings."""
+        db, name = table.split(".", 1)
+        rules = [ColumnRule("text", pattern) for pattern in self.as_text]
+        as_text = frozenset(c.casefold() for c, _ in columns if matching(rules, db, name, c))
+        return TypedTable(table, tuple(columns), self.timezone, self.binary_format, as_text)
 
 
 @dataclass(frozen=True)
@@ -48,8 +92,12 @@ class TypedTable:
         return [column_type("text" if name.casefold() in self.as_text else kind, tz, self.binary_format)
                 for name, kind in self.columns]
 
+    def image_schema(self) -> StructType:
+        """The table's columns as Spark types."""
+        return StructType([StructField(name, kind.spark) for (name, _), kind in zip(self.columns, self.types())])
+
     def schema(self) -> StructType:
-        image = StructType([StructField(name, kind.spark) for (name, _), kind in zip(self.columns, self.types())])
+        image = self.image_schema()
         return StructType([*image.fields, StructField("_op", StringType()), StructField("_id", LongType()),
                            StructField("_tid", LongType()), StructField("_ts", TimestampType()),
                            StructField("_before", image), StructField("_invalid", MapType(StringType(), StringType()))])
@@ -74,18 +122,9 @@ class RowBuilder:
                 f"Row {id_} of {self.table.table} has the columns {[name for name, _ in pairs]}, the stream's schema "
                 f"has {self.names}: the table changed in a way its DDL rows do not show (a table renamed into its "
                 "name?). Restart the query: it reads the schema again from the channel.")
-        values: list[Any] = []
-        for (name, value), convert in zip(pairs, self.converters):
-            if value is None:
-                values.append(None)
-                continue
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            try:
-                values.append(convert(text))
-            except Unrepresentable:
-                values.append(None)
-                invalid[prefix + name] = text
-        return values
+        texts = [value if value is None or isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                 for _, value in pairs]
+        return typed_values(self.names, texts, self.converters, invalid, prefix)
 
     def batch(self, rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
         width = len(self.names)

@@ -18,7 +18,7 @@ def stream(options: dict[str, str], out: str, checkpoint: str, until_caught_up: 
     spark = spark_session("local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "2")  # the image updates of small test batches: fewer tasks
     writer = spark.readStream.format("gate").options(**options).load().writeStream
-    writer = (writer.foreachBatch(ImageUpdater(out, options["channel"])) if image
+    writer = (writer.foreachBatch(ImageUpdater(out, options["channel"], source=options)) if image
               else writer.format("parquet").option("path", out)).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(processingTime="0 seconds")
     writer.start().awaitTermination()

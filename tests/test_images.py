@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
@@ -26,6 +27,7 @@ from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import ImageModel, RandomHistory, SyntheticChannel
 from spark_readers.image import STATE, ImageStore, as_of, read_image, register_tables
 from spark_readers.materialise import ImageUpdater, materialise_channel
+from spark_readers.types import column_type
 from tests.replay import make_channel
 from tests.test_spark_source import Synthetic
 
@@ -58,16 +60,35 @@ def image_tables(spark: SparkSession, out: Path) -> Tables:
             for name, frame in read_image(spark, str(out)).items()}
 
 
+def delta_rs_table(out: Path, table: dict[str, Any]) -> pa.Table:
+    """One table of the image read with delta-rs in this plain Python process, at the image's version."""
+    return deltalake.DeltaTable(str(out / table["path"]), version=table["version"]).to_pyarrow_table()
+
+
 def delta_rs_tables(out: Path) -> Tables:
-    """The image's tables read with delta-rs in this plain Python process, each at the image's version."""
-    return {name: (table["columns"], sorted((tuple(row.values()) for row in deltalake.DeltaTable(
-        str(out / table["path"]), version=table["version"]).to_pyarrow_table().to_pylist()), key=repr))
-        for name, table in state(out)["tables"].items()}
+    """The image's tables read with delta-rs, each at the image's version."""
+    tables = {name: delta_rs_table(out, table) for name, table in state(out)["tables"].items()}
+    return {name: (table.column_names, sorted((tuple(row.values()) for row in table.to_pylist()), key=repr))
+            for name, table in tables.items()}
 
 
-def model_tables(model: ImageModel) -> Tables:
-    return {name: (list(table.columns), sorted((tuple(row[c] for c in table.columns) for row in table.rows.values()),
-                                               key=repr))
+def model_tables(model: ImageModel, types: dict[str, list[str] | None] | None = None) -> Tables:
+    """The model's tables; those ``types`` gives column types for typed by them (values converted from
+    the text by spark_readers.types) and followed by ``_invalid``, as typed images hold them."""
+    tables: Tables = {}
+    for name, table in model.tables.items():
+        kinds = (types or {}).get(name)
+        rows = [tuple(row[c] for c in table.columns) for row in table.rows.values()]
+        if kinds is not None:
+            converters = [column_type(kind).convert for kind in kinds]
+            rows = [(*(None if v is None else f(v) for v, f in zip(row, converters)), None) for row in rows]
+        tables[name] = ([*table.columns, *(["_invalid"] if kinds is not None else [])], sorted(rows, key=repr))
+    return tables
+
+
+def random_types(model: ImageModel) -> dict[str, list[str] | None]:
+    """The column types RandomHistory gives its tables: key int, the others varchar(20)."""
+    return {name: ["int" if c in table.key else "varchar(20)" for c in table.columns]
             for name, table in model.tables.items()}
 
 
@@ -86,7 +107,8 @@ def test_incremental_images_equal_a_full_rebuild(spark: SparkSession, sandbox: S
         history.run(60)
         materialise_channel(spark, source, str(tmp_path / "inc"))
         assert state(tmp_path / "inc")["watermark"] == {"id": history.channel.id, "tid": history.channel.tid}
-        expected = model_tables(history.model)
+        expected = model_tables(history.model, random_types(history.model))
+        assert {name: t["types"] for name, t in state(tmp_path / "inc")["tables"].items()} == random_types(history.model)
         assert image_tables(spark, tmp_path / "inc") == expected
         assert delta_rs_tables(tmp_path / "inc") == expected
         earlier.append((history.channel.id, expected))
@@ -100,20 +122,27 @@ def test_incremental_images_equal_a_full_rebuild(spark: SparkSession, sandbox: S
     assert sorted(json.loads(h["userMetadata"])["watermark"]["id"] for h in history_rows) == [i for i, _ in earlier]
     result = materialise_channel(spark, source, str(tmp_path / "full"))
     assert image_tables(spark, tmp_path / "full") == image_tables(spark, tmp_path / "inc")
-    assert result.tables == {name: len(rows) for name, (_, rows) in model_tables(history.model).items()}
+    assert result.tables == {name: len(table.rows) for name, table in history.model.tables.items()}
+
+
+def stream_image(spark: SparkSession, synthetic: Synthetic, out: Path, checkpoint: Path,
+                 rows_per_trigger: int) -> ImageUpdater:
+    """A foreachBatch(ImageUpdater) query in this process, until caught up; its updater."""
+    source = options(synthetic.dc, synthetic.channel, maxRowsPerTrigger=rows_per_trigger)
+    updater = ImageUpdater(str(out), synthetic.channel, source=source)
+    query = (spark.readStream.format("gate").options(**source).load().writeStream.foreachBatch(updater)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return updater
 
 
 def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthetic: Synthetic, tmp_path: Path) -> None:
     """ImageUpdater applies each micro-batch; the image equals the model; a replayed batch commits nothing."""
     out = tmp_path / "image"
-    updater = ImageUpdater(str(out), synthetic.channel)
-    query = (spark.readStream.format("gate").options(**options(synthetic.dc, synthetic.channel, maxRowsPerTrigger=1000))
-             .load().writeStream.foreachBatch(updater).option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    updater = stream_image(spark, synthetic, out, tmp_path / "checkpoint", 1000)
     before = state(out)
     assert before["watermark"]["id"] == synthetic.history.channel.id
-    assert image_tables(spark, out) == model_tables(synthetic.history.model)
+    assert image_tables(spark, out) == model_tables(synthetic.history.model, random_types(synthetic.history.model))
     versions = deltalake.DeltaTable(str(out / STATE)).version()
     first = spark.read.format("gate").options(**options(synthetic.dc, synthetic.channel, endingId=600)).load()
     updater(first, 0)  # Spark replays a batch after a crash: the image is past it
@@ -122,18 +151,16 @@ def test_a_stream_keeps_an_image_with_foreach_batch(spark: SparkSession, synthet
     assert statuses and statuses <= {"done", "cancelled"}  # every snapshot of the history ended
 
 
-def run_image_job(synthetic: Synthetic, out: Path, checkpoint: Path, killed_when: Any = None,
-                  rows_per_trigger: int = 400) -> None:
-    """tests.spark_job's image stream (foreachBatch(ImageUpdater), batches of ``rows_per_trigger``) in a child
-    process: killed -9 as soon as ``killed_when()`` holds, else run until caught up."""
+KILL_BATCH = 700  # rows per micro-batch of the kill test: its history in two batches
+
+
+def kill_image_job(synthetic: Synthetic, out: Path, checkpoint: Path, killed_when: Any) -> None:
+    """tests.spark_job's image stream (foreachBatch(ImageUpdater), batches of KILL_BATCH rows) in a child
+    process, killed -9 as soon as ``killed_when()`` holds."""
     command = [sys.executable, "-m", "tests.spark_job", "image",
-               json.dumps(options(synthetic.dc, synthetic.channel, maxRowsPerTrigger=rows_per_trigger)), str(out),
+               json.dumps(options(synthetic.dc, synthetic.channel, maxRowsPerTrigger=KILL_BATCH)), str(out),
                str(checkpoint), "all"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if killed_when is None:
-        finish = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert finish.returncode == 0, finish.stderr[-3000:]
-        return
     child = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
@@ -151,21 +178,28 @@ def table_commits(out: Path) -> int:
     return sum(1 for log in out.glob("*/*/_delta_log/*.json"))
 
 
-def test_an_image_stream_killed_9_at_any_point_recovers(synthetic: Synthetic, tmp_path: Path) -> None:
-    """foreachBatch(ImageUpdater) killed -9 after a table's first commit (no state yet), then again after
-    a later table commit (the state one update behind), then restarted: Spark replays the batch, Delta
-    skips the commits already made, and the image equals an uninterrupted stream's (read in one batch: the
-    image does not depend on where batches end) and the model."""
+def test_an_image_stream_killed_9_at_any_point_recovers(spark: SparkSession, synthetic: Synthetic,
+                                                        tmp_path: Path) -> None:
+    """foreachBatch(ImageUpdater) in a child process killed -9 after a table's first commit (no state yet),
+    then again after a table commit of the second batch (the state one update behind), then restarted
+    here with the same checkpoint: Spark replays the batch, Delta skips the commits already made, and
+    the image equals the model (which an uninterrupted stream's equals: the test above)."""
     out, checkpoint = tmp_path / "image", tmp_path / "checkpoint"
-    run_image_job(synthetic, out, checkpoint, lambda: table_commits(out) >= 1)
+    assert synthetic.history.channel.id > KILL_BATCH  # two batches
+    kill_image_job(synthetic, out, checkpoint, lambda: table_commits(out) >= 1)
     assert not (out / STATE).exists()
-    commits = table_commits(out)
-    run_image_job(synthetic, out, checkpoint, lambda: (out / STATE).exists() and table_commits(out) >= commits + 3)
-    run_image_job(synthetic, out, checkpoint)
-    clean = tmp_path / "clean"
-    run_image_job(synthetic, clean, tmp_path / "clean-checkpoint", rows_per_trigger=1_000_000)  # one batch
+    first_update: list[int] = []  # the table commits when the state appears: the first batch's
+
+    def in_second_batch() -> bool:
+        if (out / STATE).exists() and not first_update:
+            first_update.append(table_commits(out))
+        return bool(first_update) and table_commits(out) > first_update[0]
+
+    kill_image_job(synthetic, out, checkpoint, in_second_batch)
+    assert state(out)["watermark"]["id"] < synthetic.history.channel.id
+    stream_image(spark, synthetic, out, checkpoint, KILL_BATCH)
     assert state(out)["watermark"]["id"] == synthetic.history.channel.id
-    assert delta_rs_tables(out) == delta_rs_tables(clean) == model_tables(synthetic.history.model)
+    assert delta_rs_tables(out) == model_tables(synthetic.history.model, random_types(synthetic.history.model))
 
 
 def test_an_older_gates_image_is_rebuilt_and_a_foreign_directory_refused(spark: SparkSession, tmp_path: Path) -> None:
@@ -210,8 +244,8 @@ def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox
     source = options(dc, unique_name)
     materialise_channel(spark, source, str(out))
     assert state(out)["tables"]["shop.nokey"] == {
-        "path": "shop/nokey", "version": 0, "columns": ["a", "b"], "key": [], "rows": 2, "complete": False,
-        "snapshot": {"id": 9, "state": "running"}}
+        "path": "shop/nokey", "version": 0, "columns": ["a", "b"], "types": ["text", "text"], "key": [], "rows": 2,
+        "complete": False, "snapshot": {"id": 9, "state": "running"}}
     write(("SNAPSHOT", {"NEW": row("3", "z")}))
     write(("SNAPSHOTEND", {"SNAPSHOT": {"id": 9, "rows": 3, "state": "done"}}))
     write(("UPDATE", {"NEW": row("2", "y"), "OLD": row("2", None)}), ("DELETE", {"OLD": row("3", "z")}),
@@ -220,10 +254,11 @@ def test_a_snapshot_of_a_table_without_key(spark: SparkSession, sandbox: Sandbox
     table = state(out)["tables"]["shop.nokey"]
     assert (table["complete"], table["snapshot"], table["version"]) == (True, {"id": 9, "state": "done"}, 1)
     assert deltalake.DeltaTable(str(out / "shop" / "nokey")).history(1)[0]["operation"] == "MERGE"
-    assert image_tables(spark, out) == model_tables(model) == {"shop.nokey": (["a", "b"], [("1", "x"), ("2", "y")])}
+    assert image_tables(spark, out) == model_tables(model, {"shop.nokey": ["text", "text"]}) == {
+        "shop.nokey": (["a", "b", "_invalid"], [("1", "x", None), ("2", "y", None)])}
     assert register_tables(spark, str(out), "lake") == ["lake.shop_nokey"]
-    assert sorted(tuple(r) for r in spark.table("lake.shop_nokey").collect()) == [("1", "x"), ("2", "y")]
+    assert sorted(tuple(r) for r in spark.table("lake.shop_nokey").collect()) == [("1", "x", None), ("2", "y", None)]
     materialise_channel(spark, source, str(out), full=True)
     rebuilt = state(out)
     assert (rebuilt["generation"], rebuilt["tables"]["shop.nokey"]["version"]) == (1, 2)
-    assert image_tables(spark, out) == model_tables(model)
+    assert image_tables(spark, out) == model_tables(model, {"shop.nokey": ["text", "text"]})

@@ -22,9 +22,10 @@ from gate.devtools.sandbox import Sandbox
 from gate.devtools.workload import TABLE_DDL, RandomWorkload
 from spark_readers.image import read_image
 from spark_readers.load import CURSOR_FILE, Increment, OutputDir, load, read_increments
-from spark_readers.materialise import column_default, materialise
+from spark_readers.materialise import materialise
 from spark_readers.measure import measure
 from spark_readers.session import ChannelSource
+from spark_readers.timeline import column_default
 from tests.replay import make_channel, running, wait_caught_up
 from tests.test_client import channel
 from tests.test_retention import ids, move, ok, rows
@@ -209,13 +210,17 @@ def source_tables(sandbox: Sandbox, db: str) -> dict[str, tuple[list[str], dict[
     return tables
 
 
-def image_tables(spark: SparkSession, out: Path, db: str, keys: dict[str, list[str]]) -> dict[str, Any]:
+def image_tables(spark: SparkSession, out: Path, db: str, keys: dict[str, list[str]],
+                 typed: bool = False) -> dict[str, Any]:
+    """The image's tables of ``db``: string columns (materialise without typing), or typed ones (the CLI's,
+    with the channel's typing: ``id`` int, then ``_invalid``)."""
     tables = {}
     for name, frame in sorted(read_image(spark, str(out)).items()):
         if not name.startswith(f"{db}."):
             continue
         table = name.split(".", 1)[1]
-        assert all(kind == "string" for _, kind in frame.dtypes)
+        kinds = dict(frame.dtypes)
+        assert (kinds["id"], frame.columns[-1]) == ("int", "_invalid") if typed else set(kinds.values()) == {"string"}
         rows = [row.asDict() for row in frame.collect()]
         key = keys.get(table, ["id"])
         tables[table] = (frame.columns, {tuple(row[c] for c in key): row for row in rows})
@@ -336,8 +341,8 @@ def test_cli_spark_commands(spark: SparkSession, history: History, sandbox: Sand
         f"{history.db}.{t}: {len(rows)} rows" for t, (_, rows) in source_tables(sandbox, history.db).items())
     direct = gate("spark-materialise", history.source.channel, "--out", str(tmp_path / "direct"))  # from the DC
     assert direct.exit_code == 0 and direct.output == made.output
-    assert image_tables(spark, tmp_path / "direct", history.db, {}) == image_tables(spark, tmp_path / "img",
-                                                                                      history.db, {})
+    assert image_tables(spark, tmp_path / "direct", history.db, {}, typed=True) == image_tables(
+        spark, tmp_path / "img", history.db, {}, typed=True)
     again = gate("--json", "spark-materialise", history.source.channel, "--out", str(tmp_path / "direct"))
     assert json.loads(again.output)["tables"] == {line.split(": ")[0]: int(line.split(": ")[1].split()[0])
                                                   for line in made.output.splitlines()}  # nothing new: unchanged

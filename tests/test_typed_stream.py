@@ -5,6 +5,8 @@ continues with the new schema, nothing lost or doubled. One SparkSession serves 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timezone
 from decimal import Decimal
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
-from gate.common.config import ChannelDefaults
+from gate.common.config import ChannelDefaults, ServerConfig
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
@@ -73,12 +75,26 @@ def assert_row_equals(where: str, got: dict[str, Any], want: dict[str, Any]) -> 
         assert same(name, kind, want[name], got[name]), f"{where}: column {name} ({kind}) {got[name]!r} != {want[name]!r}"
 
 
-@pytest.mark.parametrize("channel_zone,binary_format", [("Etc/GMT-8", "hex")])
-def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession, sandbox: Sandbox, unique_name: str,
-                                                            channel_zone: str, binary_format: str) -> None:
-    """Every type of the matrix through a running channel (TIMESTAMP in a zone that is not UTC, hex
-    binaries): each typed value of each insert, snapshot read, update (both images) and delete equals
-    the source's value read with PyMySQL; zero dates are NULL with their text in _invalid."""
+def create_matrix(cur: pymysql.cursors.Cursor, db: str) -> None:
+    """Table ``db``.everything of every type of the matrix, with its rows: 1 MIN_ROW, 2 MAX_ROW, 3 ZERO_ROW,
+    4 NULL in every nullable column, 5... MIXED_ROWS."""
+    cur.execute(f"CREATE TABLE `{db}`.everything (" + ", ".join(f"`{n}` {d}" for n, d, _ in COLUMNS) + ")")
+    rows = [{"id": 1, **MIN_ROW}, {"id": 2, **MAX_ROW}, {"id": 4},
+            *[{"id": 5 + n, **row} for n, row in enumerate(MIXED_ROWS)]]
+    for row in rows:
+        cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in row)}) VALUES "
+                    f"({', '.join(['%s'] * len(row))})", list(row.values()))
+    cur.execute("SET SESSION sql_mode = ''")
+    cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in ZERO_ROW)}, id) VALUES "
+                f"({', '.join(['%s'] * (len(ZERO_ROW) + 1))})", [*ZERO_ROW.values(), 3])
+    cur.execute("SET SESSION sql_mode = DEFAULT")
+
+
+@contextmanager
+def matrix_channel(sandbox: Sandbox, unique_name: str, channel_zone: str,
+                   binary_format: str) -> Iterator[tuple[ServerConfig, str, pymysql.Connection, pymysql.cursors.Cursor]]:
+    """A running channel on database src_NAME of the source, whose table everything (create_matrix) it
+    has created: the channel's DC config, the database, and a source connection and cursor (UTC)."""
     db = f"src_{unique_name}"
     dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=ChannelDefaults(
         timezone=channel_zone, binary_format=binary_format, snapshot_chunk_rows=3, batch_rows=25))  # type: ignore[arg-type]
@@ -87,26 +103,33 @@ def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession
         cur.execute("SET time_zone = '+00:00'")
         try:
             with running(dc, unique_name):
-                cur.execute(f"CREATE TABLE `{db}`.everything (" + ", ".join(f"`{n}` {d}" for n, d, _ in COLUMNS) + ")")
-                rows = [{"id": 1, **MIN_ROW}, {"id": 2, **MAX_ROW}, {"id": 4},
-                        *[{"id": 5 + n, **row} for n, row in enumerate(MIXED_ROWS)]]
-                for row in rows:
-                    cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in row)}) VALUES "
-                                f"({', '.join(['%s'] * len(row))})", list(row.values()))
-                cur.execute("SET SESSION sql_mode = ''")
-                cur.execute(f"INSERT INTO `{db}`.everything ({', '.join(f'`{n}`' for n in ZERO_ROW)}, id) VALUES "
-                            f"({', '.join(['%s'] * (len(ZERO_ROW) + 1))})", [*ZERO_ROW.values(), 3])
-                cur.execute("SET SESSION sql_mode = DEFAULT")
-                inserted = source_rows(conn, db)
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-                assert wait_finished(sandbox.dc, unique_name, request(sandbox.dc, unique_name, db, "everything")) == (
-                    "done", None)
-                cur.execute(f"UPDATE `{db}`.everything SET i = -5, dte = '2001-02-03', vb = 0x00ff WHERE id = 1")
-                cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 2")
-                final = source_rows(conn, db)
-                wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+                create_matrix(cur, db)
+                yield dc, db, conn, cur
         finally:
             cur.execute(f"DROP DATABASE `{db}`")
+
+
+def zero_invalid() -> dict[str, str]:
+    """``_invalid`` of the ZERO_ROW: the DC's text of each zero date."""
+    return {name: ZERO_ROW[name] + ("." + "0" * int(name[2:]) if name[2:] not in ("", "0") else "")
+            if name != "dte" else "0000-00-00" for name in sorted(ZERO_DATES)}
+
+
+@pytest.mark.parametrize("channel_zone,binary_format", [("Etc/GMT-8", "hex")])
+def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                            channel_zone: str, binary_format: str) -> None:
+    """Every type of the matrix through a running channel (TIMESTAMP in a zone that is not UTC, hex
+    binaries): each typed value of each insert, snapshot read, update (both images) and delete equals
+    the source's value read with PyMySQL; zero dates are NULL with their text in _invalid."""
+    with matrix_channel(sandbox, unique_name, channel_zone, binary_format) as (dc, db, conn, cur):
+        inserted = source_rows(conn, db)
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        assert wait_finished(sandbox.dc, unique_name, request(sandbox.dc, unique_name, db, "everything")) == (
+            "done", None)
+        cur.execute(f"UPDATE `{db}`.everything SET i = -5, dte = '2001-02-03', vb = 0x00ff WHERE id = 1")
+        cur.execute(f"DELETE FROM `{db}`.everything WHERE id = 2")
+        final = source_rows(conn, db)
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
 
     typed = spark.read.format("gate").options(**login(dc, unique_name, table=f"{db}.everything")).load()
     assert typed.schema["biu"].dataType.simpleString() == "decimal(20,0)"
@@ -119,9 +142,7 @@ def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession
         if row["_op"] in ("c", "r"):
             assert_row_equals(f"{row['_op']} of id {row['id']}", row, inserted[row["id"]])
         zero = row["_op"] in ("c", "r") and row["id"] == 3
-        assert row["_invalid"] == ({name: ZERO_ROW[name] + ("." + "0" * int(name[2:]) if name[2:] not in ("", "0")
-                                                            else "") if name != "dte" else "0000-00-00"
-                                    for name in sorted(ZERO_DATES)} if zero else None)
+        assert row["_invalid"] == (zero_invalid() if zero else None)
     update, delete = collected[-2:]
     assert_row_equals("update", update, final[1])
     assert_row_equals("update before", update["_before"], inserted[1])

@@ -10,8 +10,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from gate.common.errors import TableSchemaChanged
+from spark_readers.image_types import exact_cast, for_delta
 from spark_readers.table_schema import apply, same
-from spark_readers.typed_rows import RowBuilder, TypedTable
+from spark_readers.typed_rows import RowBuilder, TypedTable, Typing
 from spark_readers.types import Unrepresentable, column_type, inet6_text
 
 UTC = timezone.utc
@@ -148,3 +149,25 @@ def test_a_row_image_with_other_columns_stops_the_read() -> None:
     with pytest.raises(TableSchemaChanged, match=r"Row 9 of shop.t has the columns \['id', 'x'\], the stream's schema "
                                                  r"has \['id', 'd', 'b'\]"):
         RowBuilder(TABLE).batch([(9, 9, 0, "INSERT", '{"NEW": [{"id": "1"}, {"x": "2"}]}')])
+
+
+@pytest.mark.parametrize("old,new,exact", [
+    ("int", "bigint(20)", True), ("tinyint", "smallint", True), ("bigint", "int", False),
+    ("int unsigned", "bigint unsigned", True), ("bigint", "bigint unsigned", True), ("bigint unsigned", "bigint", False),
+    ("decimal(10,2)", "decimal(12,3)", True), ("decimal(10,2)", "decimal(10,3)", False),
+    ("decimal(10,2)", "decimal(12,1)", False), ("int", "decimal(10,0)", True), ("int", "decimal(9,0)", False),
+    ("int", "varchar(10)", True), ("decimal(5,2)", "text", True), ("varchar(10)", "int", False),
+    ("datetime", "date", False), ("float", "double", False), ("date", "varchar(10)", False),
+    ("varchar(10)", "varchar(20)", True), ("datetime", "datetime(6)", True),
+])
+def test_a_type_change_keeps_stored_values_only_when_it_widens_them_exactly(old: str, new: str, exact: bool) -> None:
+    assert exact_cast(column_type(old).spark, column_type(new).spark) is exact
+
+
+def test_typing_types_the_columns_of_column_rules_and_times_in_images_as_text() -> None:
+    typing = Typing("Europe/Berlin", "hex", ("shop.users.e*",))
+    table = typing.table("shop.users", (("id", "int"), ("email", "int"), ("at", "time(3)")))
+    assert [f.dataType.simpleString() for f in table.image_schema().fields] == ["int", "string",
+                                                                                "interval day to second"]
+    assert [f.dataType.simpleString() for f in for_delta(table).image_schema().fields] == ["int", "string", "string"]
+    assert (table.timezone, table.binary_format) == ("Europe/Berlin", "hex")

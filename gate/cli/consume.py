@@ -210,11 +210,12 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
     (SNAPSHOTSTART empties the table, SNAPSHOT rows upsert, SNAPSHOTEND marks it complete). An
     image that exists is updated with the rows after its watermark only; --full rebuilds it. The
     rows come from the DC (format("gate")), or from DIR written by 'gate spark-load CHANNEL'. Each
-    source table is a Delta Lake table OUT/DB/TABLE (one string column per column, values in the
-    DC's text form); an update MERGEs the changed keys into it (or rewrites a table whose columns
-    changed), then commits the image's state OUT/_gate, each as an idempotent Delta commit. The
-    primary key comes from the table's CREATE TABLE or snapshot in the history, else from --key.
-    Prints each table's row count; tables without a known key are listed and skipped.
+    source table is a Delta Lake table OUT/DB/TABLE, its columns typed as the typed stream's (a
+    table whose CREATE TABLE is not in the history: strings, the DC's text); an update MERGEs the
+    changed keys into it (or rewrites a table whose columns changed), then commits the image's
+    state OUT/_gate, each as an idempotent Delta commit. The primary key comes from the table's
+    CREATE TABLE or snapshot in the history, else from --key. Prints each table's row count;
+    tables without a known key are listed and skipped.
 
     Example:
 
@@ -224,17 +225,18 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
         gate spark-materialise shop --out /data/gate/shop_now --database lake
     """
     from spark_readers.image import register_tables
-    from spark_readers.materialise import materialise, materialise_channel, parse_keys
+    from spark_readers.materialise import materialise, materialise_channel, parse_keys, read_typing
     from spark_readers.session import spark_job
 
     check_identifier(channel, "Channel name")
+    source = {"channel": channel, **({"config": str(app.config.path.resolve())} if app.config.path else
+                                     {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})}
     with spark_job(master) as spark:
         if increments is not None:
-            result = materialise(spark, increments, out, channel=channel, keys=parse_keys(keys), full=full)
+            result = materialise(spark, increments, out, channel=channel, keys=parse_keys(keys), full=full,
+                                 typing=read_typing(source))
         else:
-            source = ({"config": str(app.config.path.resolve())} if app.config.path else
-                      {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})
-            result = materialise_channel(spark, {"channel": channel, **source}, out, keys=parse_keys(keys), full=full)
+            result = materialise_channel(spark, source, out, keys=parse_keys(keys), full=full)
         if database is not None:
             register_tables(spark, out, database)
     if app.as_json:
