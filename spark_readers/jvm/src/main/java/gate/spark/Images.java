@@ -1,33 +1,39 @@
 package gate.spark;
 
 import java.util.Arrays;
-import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The fast path of {@link Rows}: a row change's payload as gate writes it, {@code {"NEW": [{"c1": "v"},
- * {"c2": null}], "OLD": [...]}} with strings free of escapes, read straight from its UTF-8 bytes: keys and
- * values become slices of the payload (no copy, no String). Any other shape (escapes, values that are not
- * strings, other keys, images that are not lists) returns false and is left to the JSON parser.
+ * {"c2": null}], "OLD": [...]}} with strings free of escapes, read straight from its UTF-8 bytes: each key and
+ * value is found as a slice of the payload (no copy, no object), which {@link UnsafeRows} copies once into Spark's
+ * row. Any other shape (escapes, values that are not strings, other keys, images that are not lists) makes
+ * {@link #read} return false and is left to the JSON parser. One instance serves one task, payload after payload.
  */
 final class Images {
-    private final byte[] d;
-    private int pos;
-    Object[] newKeys;
-    Object[] newValues;
-    Object[] oldKeys;
-    Object[] oldValues;
-    private Object[] keys = new Object[16];
-    private Object[] values = new Object[16];
-    private int count;
+    static final int NEW = 0;
+    static final int OLD = 1;
 
-    private Images(byte[] data) {
-        this.d = data;
+    private byte[] d;
+    private int pos;
+    /** Per image (NEW, OLD): whether the payload has it. */
+    final boolean[] present = new boolean[2];
+    /** Per image: its cells. */
+    final int[] count = new int[2];
+    /** Per image, four ints per cell: the key's start and length, the value's start and length (-1: null). */
+    final int[][] cells = {new int[64], new int[64]};
+
+    /** Whether {@code data} is of the plain shape; if so, its images are in present, count and cells. */
+    boolean read(byte[] data) {
+        d = data;
+        pos = 0;
+        present[NEW] = false;
+        present[OLD] = false;
+        return payload();
     }
 
-    /** The images of {@code data}, or null if it is not of the plain shape. */
-    static Images read(byte[] data) {
-        Images images = new Images(data);
-        return images.payload() ? images : null;
+    /** The payload's bytes: what the slices index. */
+    byte[] bytes() {
+        return d;
     }
 
     private boolean payload() {
@@ -44,19 +50,11 @@ final class Images {
             if (start < 0) {
                 return false;
             }
-            boolean added = is(start, 'N', 'E', 'W');
-            if (!added && !is(start, 'O', 'L', 'D') || next() != ':' || !image()) {
+            int image = is(start, 'N', 'E', 'W') ? NEW : is(start, 'O', 'L', 'D') ? OLD : -1;
+            if (image < 0 || next() != ':' || !image(image)) {
                 return false;
             }
-            Object[] k = Arrays.copyOf(keys, count);
-            Object[] v = Arrays.copyOf(values, count);
-            if (added) {
-                newKeys = k;
-                newValues = v;
-            } else {
-                oldKeys = k;
-                oldValues = v;
-            }
+            present[image] = true;
             c = next();
             if (c == '}') {
                 return next() == -1;
@@ -72,9 +70,9 @@ final class Images {
         return pos - 1 - start == 3 && d[start] == a && d[start + 1] == b && d[start + 2] == c;
     }
 
-    /** A list of objects of string or null values into keys/values (count). */
-    private boolean image() {
-        count = 0;
+    /** A list of objects of string or null values into the cells of {@code image}. */
+    private boolean image(int image) {
+        count[image] = 0;
         if (next() != '[') {
             return false;
         }
@@ -88,30 +86,32 @@ final class Images {
                 return false;
             }
             while (true) {
-                int start = string();
-                if (start < 0) {
+                int key = string();
+                if (key < 0) {
                     return false;
                 }
-                UTF8String key = UTF8String.fromBytes(d, start, pos - 1 - start);
+                int keyLength = pos - 1 - key;
                 if (next() != ':') {
                     return false;
                 }
                 c = next();
-                UTF8String value;
+                int value;
+                int valueLength;
                 if (c == '"') {
                     pos--;
-                    int from = string();
-                    if (from < 0) {
+                    value = string();
+                    if (value < 0) {
                         return false;
                     }
-                    value = UTF8String.fromBytes(d, from, pos - 1 - from);
+                    valueLength = pos - 1 - value;
                 } else if (c == 'n' && pos + 2 < d.length && d[pos] == 'u' && d[pos + 1] == 'l' && d[pos + 2] == 'l') {
                     pos += 3;
-                    value = null;
+                    value = 0;
+                    valueLength = -1;
                 } else {
                     return false;
                 }
-                add(key, value);
+                add(image, key, keyLength, value, valueLength);
                 c = next();
                 if (c == '}') {
                     break;
@@ -130,13 +130,17 @@ final class Images {
         }
     }
 
-    private void add(UTF8String key, UTF8String value) {
-        if (count == keys.length) {
-            keys = Arrays.copyOf(keys, count * 2);
-            values = Arrays.copyOf(values, count * 2);
+    private void add(int image, int key, int keyLength, int value, int valueLength) {
+        int at = count[image]++ * 4;
+        int[] slices = cells[image];
+        if (at + 4 > slices.length) {
+            slices = Arrays.copyOf(slices, slices.length * 2);
+            cells[image] = slices;
         }
-        keys[count] = key;
-        values[count++] = value;
+        slices[at] = key;
+        slices[at + 1] = keyLength;
+        slices[at + 2] = value;
+        slices[at + 3] = valueLength;
     }
 
     /** Past a string without escapes at the next non-space byte: its first byte's index (pos after the closing

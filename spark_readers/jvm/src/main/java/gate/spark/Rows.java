@@ -30,7 +30,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The columns of spark_readers.rows.ROW_SCHEMA (its JSON is in this jar, written from the Python definition when
- * the jar is built) and a transfer_data row parsed into them the way spark_readers.rows.to_batch does: a row
+ * the jar is built) and a transfer_data row parsed into them the way spark_readers.rows.to_batch does (the rows
+ * of the plain shape take the faster way of {@link UnsafeRows} to the same values): a row
  * change's NEW and OLD images as maps (values that are not strings keep their JSON text, an image that is not a
  * list is null), its columns the keys of the new image else the old one; any other payload conformed to the
  * ddl struct as from_json does (missing keys and values of another kind are null, extra keys dropped).
@@ -75,16 +76,6 @@ final class Rows {
         values[6] = utf8(instance);
         boolean empty = data == null || data.length == 0;
         if (ROW_OPTYPES.contains(optype)) {
-            Images fast = empty ? null : Images.read(data);
-            if (fast != null) {
-                Object[] named = fast.newKeys != null ? fast.newKeys : fast.oldKeys;
-                values[7] = named == null ? null : new GenericArrayData(named);
-                values[8] = fast.newKeys == null ? null
-                    : new ArrayBasedMapData(new GenericArrayData(fast.newKeys), new GenericArrayData(fast.newValues));
-                values[9] = fast.oldKeys == null ? null
-                    : new ArrayBasedMapData(new GenericArrayData(fast.oldKeys), new GenericArrayData(fast.oldValues));
-                return new GenericInternalRow(values);
-            }
             Image added = null;
             Image removed = null;
             if (!empty) {
