@@ -4,8 +4,9 @@
     .venv/bin/python scripts/bench/spark_source.py --rows 200000 --readers-only --json figures.json
 
 Writes a synthetic history into a channel's transfer_data (one table of 6 columns; transactions of 10
-rows: 70 % inserts, 20 % updates, 10 % deletes), then times, after a warm-up read, the four readers
-``--repeat`` times each (the median run is kept):
+rows: 70 % inserts, 20 % updates, 10 % deletes), then times, after a warm-up read of 200,000 rows by each, the
+readers in ``--repeat`` rounds (each round runs every reader once, so a change in the machine's load falls on all
+of them; the median run of each is kept):
 
 - ``plain_jdbc_scan``: a partitioned JDBC scan of transfer_data, rows discarded (the bar);
 - ``jdbc_incremental_read``: the JDBC incremental reader (read and parse), rows discarded;
@@ -23,7 +24,8 @@ and, once each, unless ``--readers-only``:
 The table images (an incremental update against a rebuild) are measured by scripts/bench/image.py.
 
 Prints rows/s, seconds, the CPU seconds of the driver's process tree (Python, the JVM and its Python
-workers; not the MariaDB servers) and per row, the peak RSS of one Python worker, the load average
+workers; not the MariaDB servers) and per row, the DC server's CPU seconds and per row (the two share the
+machine's cores), the peak RSS of one Python worker, the load average
 and the machine's CPU use during each measurement, then the readers side by side as ratios against
 the plain scan of the same run (other work on the machine skews wall times; ratios less so).
 ``--skip-python`` leaves the two Python readers out (they take 10 times longer).
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from monitors import busy_percent, machine_busy  # beside this script: python puts its folder first on sys.path
+from monitors import busy_percent, machine_busy, mariadbd_cpu  # noqa: I001 (beside this script: on sys.path)
 
 from gate.common.config import ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel
@@ -144,28 +146,32 @@ class History:
             self.channel.write([[self.change() for _ in range(min(10, count - i))] for i in range(0, count, 10)])
 
 
-def timed(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, figures: dict[str, Any],
-          repeat: int = 1) -> None:
-    """Run ``run`` ``repeat`` times; the figures of the run with the median seconds."""
-    runs = []
-    for _ in range(repeat):
-        tree.reset_worker_peak()
-        before, cpu, load = machine_busy(), tree.cpu_seconds(), psutil.getloadavg()[0]
-        start = time.perf_counter()
-        run()
-        seconds = time.perf_counter() - start
-        time.sleep(0.3)  # one more sample of the tree's CPU times
-        cpu_s = tree.cpu_seconds() - cpu
-        runs.append({"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
-                     "driver_cpu_s": round(cpu_s, 1), "cpu_us_per_row": round(cpu_s / rows * 1e6, 1),
-                     "peak_python_worker_rss_mb": round(tree.worker_peak / 2**20),
-                     "machine_busy_pct": busy_percent(before, machine_busy()), "load_average": load})
+def measure(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, dc_cpu: Callable[[], float]
+            ) -> dict[str, Any]:
+    """One run of ``run``: its wall time, the CPU seconds of the driver's process tree and of the DC server."""
+    tree.reset_worker_peak()
+    before, cpu, dc, load = machine_busy(), tree.cpu_seconds(), dc_cpu(), psutil.getloadavg()[0]
+    start = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - start
+    time.sleep(0.3)  # one more sample of the tree's CPU times
+    cpu_s, dc_s = tree.cpu_seconds() - cpu, dc_cpu() - dc
+    figures = {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
+               "driver_cpu_s": round(cpu_s, 1), "cpu_us_per_row": round(cpu_s / rows * 1e6, 1),
+               "dc_cpu_s": round(dc_s, 1), "dc_cpu_us_per_row": round(dc_s / rows * 1e6, 1),
+               "peak_python_worker_rss_mb": round(tree.worker_peak / 2**20),
+               "machine_busy_pct": busy_percent(before, machine_busy()), "load_average": load}
+    print(name, json.dumps(figures), flush=True)
+    return figures
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median seconds (of an even number: the first run, with the median's seconds and rows/s),
+    and every run's rows/s."""
     median = statistics.median(r["seconds"] for r in runs)
-    figures[name] = next(r for r in runs if r["seconds"] == median) if repeat % 2 else dict(
-        runs[0], seconds=round(median, 2), rows_per_s=round(rows / median))
-    if repeat > 1:
-        figures[name]["runs_rows_per_s"] = [r["rows_per_s"] for r in runs]
-    print(name, json.dumps(figures[name]), flush=True)
+    kept = next(r for r in runs if r["seconds"] == median) if len(runs) % 2 else dict(
+        runs[0], seconds=round(median, 2), rows_per_s=round(runs[0]["rows"] / median))
+    return dict(kept, runs_rows_per_s=[r["rows_per_s"] for r in runs])
 
 
 READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream", "gate_stream_all",
@@ -175,19 +181,20 @@ READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_strea
 def table(figures: dict[str, Any]) -> str:
     """The readers side by side, with ratios against the plain scan of the same run."""
     scan = figures["plain_jdbc_scan"]
-    lines = [f"{'reader':<24}{'rows/s':>10}{'x scan':>8}{'CPU us/row':>12}{'x scan':>8}{'worker MB':>11}"]
+    lines = [f"{'reader':<24}{'rows/s':>10}{'x scan':>8}{'CPU us/row':>12}{'x scan':>8}{'DC us/row':>11}"
+             f"{'worker MB':>11}"]
     for name in (n for n in READERS if n in figures):
         f = figures[name]
         lines.append(f"{name:<24}{f['rows_per_s']:>10,}{f['rows_per_s'] / scan['rows_per_s']:>8.2f}"
                      f"{f['cpu_us_per_row']:>12.1f}{f['cpu_us_per_row'] / scan['cpu_us_per_row']:>8.2f}"
-                     f"{f['peak_python_worker_rss_mb']:>11}")
+                     f"{f['dc_cpu_us_per_row']:>11.1f}{f['peak_python_worker_rss_mb']:>11}")
     return "\n".join(lines)
 
 
 @contextmanager
-def bench_channel(tmp: Path, rows: int) -> Iterator[tuple[ServerConfig, History]]:
-    """Private servers in ``tmp`` with a channel "bench" whose transfer_data holds ``rows`` rows of History;
-    the servers stop when the block ends."""
+def bench_channel(tmp: Path, rows: int) -> Iterator[tuple[ServerConfig, History, Callable[[], float]]]:
+    """Private servers in ``tmp`` with a channel "bench" whose transfer_data holds ``rows`` rows of History,
+    and the DC server's CPU seconds so far; the servers stop when the block ends."""
     box = Sandbox(tmp / "servers", with_standby=False, tied_to_parent=True)
     box.up()
     try:
@@ -199,7 +206,7 @@ def bench_channel(tmp: Path, rows: int) -> Iterator[tuple[ServerConfig, History]
         started = time.perf_counter()
         history.write(rows - 1)
         print(f"wrote {rows} rows in {time.perf_counter() - started:.0f} s", flush=True)
-        yield dc, history
+        yield dc, history, lambda: mariadbd_cpu(box.dc)
     finally:
         box.down()
 
@@ -216,15 +223,16 @@ def main() -> None:
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="gate-spark-bench-") as tmp, bench_channel(Path(tmp), args.rows) as (
-            dc, history):
-        run(args, dc, history, Path(tmp), figures)
+            dc, history, dc_cpu):
+        run(args, dc, history, dc_cpu, Path(tmp), figures)
     print(json.dumps(figures, indent=2))
     print(table(figures))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
-def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path, figures: dict[str, Any]) -> None:
+def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Callable[[], float], tmp: Path,
+        figures: dict[str, Any]) -> None:
     tree = DriverTree()
     tree.start()
     spark = spark_session("local[2]")
@@ -244,8 +252,8 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
                   writer.foreachBatch(lambda frame, _: discard(frame)))
         writer.trigger(availableNow=True).start().awaitTermination()
 
-    warm = min(20_000, end)  # warm-ups (endingId above the checkpoint is refused)
-    for reader in ("gate", "gate_python"):
+    warm = min(200_000, end)  # warm-ups: the JIT compiles each reader's code first (endingId above the checkpoint
+    for reader in ("gate", "gate_python"):                                                  # is refused)
         discard(spark.read.format(reader).options(**options, endingId=str(warm)).load())
     discard(_plain_scan(spark, source, warm, args.partitions))
     streams = iter(range(1_000_000))
@@ -261,13 +269,17 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path,
     }
     if args.skip_python:
         del readers["gate_python_batch"], readers["gate_python_stream"]
-    for name, read in readers.items():
-        timed(name, end, read, tree, figures, args.repeat)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in readers}
+    for _ in range(args.repeat):  # in rounds, so that a change in the machine's load falls on every reader
+        for name, read in readers.items():
+            runs[name].append(measure(name, end, read, tree, dc_cpu))
+    figures.update({name: median_run(r) for name, r in runs.items()})
     scan = figures["plain_jdbc_scan"]
     if not args.readers_only:
-        timed("jdbc_incremental_load", end, lambda: load(spark, source, str(tmp / "load"), args.partitions), tree,
-              figures)
-        timed("gate_stream_parquet", end, lambda: stream("stream_parquet", True), tree, figures)
+        figures["jdbc_incremental_load"] = measure(
+            "jdbc_incremental_load", end, lambda: load(spark, source, str(tmp / "load"), args.partitions), tree, dc_cpu)
+        figures["gate_stream_parquet"] = measure("gate_stream_parquet", end, lambda: stream("stream_parquet", True),
+                                                 tree, dc_cpu)
     tree.halt.set()
     measured = [n for n in (*READERS, "jdbc_incremental_load", "gate_stream_parquet") if n in figures]
     figures["ratios_to_plain_jdbc_scan"] = {n: {"rows_per_s": round(figures[n]["rows_per_s"] / scan["rows_per_s"], 2),
