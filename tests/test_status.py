@@ -83,12 +83,16 @@ def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, u
             position, _ = _source_now(sandbox)
             caught_up = json.loads(gate("--json", "status", unique_name, "--sample", "0").stdout)
 
-            def load() -> None:  # about 500 rows/s: 10-row transactions every 20 ms
+            loaded: list[float] = []  # when the load started and ended
+
+            def load() -> None:  # at most 500 rows/s: 10-row transactions every 20 ms (fewer on a busy machine)
                 with sandbox.source.connect() as lconn, lconn.cursor() as lcur:
+                    loaded.append(time.monotonic())
                     for n in range(150):
                         values = ", ".join(f"({1000 + 10 * n + k})" for k in range(10))
                         lcur.execute(f"INSERT INTO {db}.t VALUES {values}")
                         time.sleep(0.02)
+                    loaded.append(time.monotonic())
 
             loader = threading.Thread(target=load)
             loader.start()
@@ -108,7 +112,8 @@ def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, u
     assert caught_up["lag_seconds"] == 0.0
     last = datetime.strptime(caught_up["last_create_time"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
     assert inserted_at - 1 <= last.timestamp() <= inserted_at
-    assert moving["state"] == "running" and 250 <= moving["rows_per_second"] <= 750, moving
+    achieved = 1500 / (loaded[1] - loaded[0])  # the source's own rate: what gate's figure must follow
+    assert moving["state"] == "running" and 0.5 * achieved <= moving["rows_per_second"] <= 750, (moving, achieved)
     assert (checkpointed["checkpoint_id"], checkpointed["checkpoint_tid"]) == (31 + 1500, 11 + 150)
     assert stopped["state"] == "stopped" and stopped["rows_per_second"] is None
     assert stopped["checkpoint_id"] == checkpointed["checkpoint_id"]
