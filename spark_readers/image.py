@@ -94,9 +94,10 @@ class Commit:
     def metadata(self) -> str:
         return json.dumps({"channel": self.channel, "watermark": {"id": self.watermark[0], "tid": self.watermark[1]}})
 
-    def writer_options(self) -> dict[str, str]:
+    def writer_options(self, deletion_vectors: bool = True) -> dict[str, str]:
+        """Options of a DataFrame write of this commit (spark_readers.delta.image_table_options's properties)."""
         return {"txnAppId": self.app_id, "txnVersion": str(self.watermark[0]), "userMetadata": self.metadata,
-                **image_table_options()}
+                **image_table_options(deletion_vectors)}
 
 
 @contextmanager
@@ -111,9 +112,18 @@ def committing(spark: SparkSession, commit: Commit) -> Iterator[None]:
             spark.conf.unset(key)
 
 
-def table_version(spark: SparkSession, url: str) -> int:
-    """The latest version of the Delta table at ``url``."""
-    return int(DeltaTable.forPath(spark, url).history(1).collect()[0]["version"])
+def committed(spark: SparkSession, url: str, commit: Commit, before: int | None = None) -> tuple[int, int]:
+    """The latest version of the Delta table at ``url``, just written by ``commit``, and its rows: from that
+    commit's metrics (an overwrite's output rows; a MERGE's inserted and deleted rows, with ``before`` the
+    rows it started from), counted only when the latest commit is not ``commit``'s (a write that made none)."""
+    last = DeltaTable.forPath(spark, url).history(1).collect()[0]
+    version, metrics = int(last["version"]), last["operationMetrics"] or {}
+    if last["userMetadata"] == commit.metadata:
+        if last["operation"] == "MERGE" and before is not None:
+            return version, before + int(metrics["numTargetRowsInserted"]) - int(metrics["numTargetRowsDeleted"])
+        if last["operation"] == "WRITE" and "numOutputRows" in metrics:
+            return version, int(metrics["numOutputRows"])
+    return version, spark.read.format("delta").option("versionAsOf", version).load(url).count()
 
 
 class ImageStore:
@@ -166,7 +176,8 @@ class ImageStore:
     def publish(self, image: Image, commit: Commit) -> None:
         """Make ``image`` current: one commit of the state (skipped when made already)."""
         frame = self.spark.createDataFrame([(json.dumps(image.as_json()),)], "image string")
-        frame.write.format("delta").mode("overwrite").options(**commit.writer_options()).save(self.url(STATE))
+        frame.write.format("delta").mode("overwrite").options(**commit.writer_options(deletion_vectors=False)).save(
+            self.url(STATE))
 
 
 def _tables(spark: SparkSession, store: ImageStore, image: Image) -> dict[str, DataFrame]:
