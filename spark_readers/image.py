@@ -15,7 +15,8 @@ overwrite), then the state: a reader of the state sees the old image or the new 
 half-written one (:func:`read_image`), and :func:`as_of` reads the image as of an earlier channel id.
 
 Every commit of an update is an idempotent write of Delta: application id ``gate-image:G`` and
-version I (the watermark's id), and the watermark as the commit's ``userMetadata``. An update killed
+version I (the watermark's id), and the watermark as the commit's ``userMetadata`` (the state's commit
+also carries the image's JSON there: an update reads it from the log without a Spark job). An update killed
 at any point (kill -9) leaves the previous state current; the next one computes the same commits, and
 Delta skips those that were made already. A rebuild (``generation`` G+1) has its own application id.
 
@@ -144,11 +145,18 @@ class ImageStore:
         if not self._has_state():
             self._clear()
             return None
-        image = self.read(self.spark.read.format("delta").load(self.url(STATE)))
+        image = self._latest()
         if channel is not None and image.channel not in (None, channel):
             raise MaterialiseError(f"{self.out.url} holds images of channel '{image.channel}', not '{channel}'. "
                                    "Give each channel its own image directory.")
         return image
+
+    def _latest(self) -> Image:
+        """The state's image, from its last commit's ``userMetadata`` (no Spark job: the table's log is not
+        replayed) when the commit carries it, else from its row."""
+        last = DeltaTable.forPath(self.spark, self.url(STATE)).history(1).select("userMetadata").collect()[0]
+        carried = json.loads(last["userMetadata"] or "{}").get("image")
+        return Image.from_json(carried) if carried else self.read(self.spark.read.format("delta").load(self.url(STATE)))
 
     @staticmethod
     def read(state: DataFrame) -> Image:
@@ -174,10 +182,12 @@ class ImageStore:
                                        "or empty directory for the table images.")
 
     def publish(self, image: Image, commit: Commit) -> None:
-        """Make ``image`` current: one commit of the state (skipped when made already)."""
+        """Make ``image`` current: one commit of the state (skipped when made already), whose ``userMetadata``
+        carries the image too (for :meth:`current`)."""
         frame = self.spark.createDataFrame([(json.dumps(image.as_json()),)], "image string")
-        frame.write.format("delta").mode("overwrite").options(**commit.writer_options(deletion_vectors=False)).save(
-            self.url(STATE))
+        options = commit.writer_options(deletion_vectors=False)
+        options["userMetadata"] = json.dumps({**json.loads(commit.metadata), "image": image.as_json()})
+        frame.write.format("delta").mode("overwrite").options(**options).save(self.url(STATE))
 
 
 def _tables(spark: SparkSession, store: ImageStore, image: Image) -> dict[str, DataFrame]:

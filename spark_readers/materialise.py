@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -246,21 +246,29 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
     """Commit the tables the history changes, each as one Delta commit of ``commit``; the image that names
     them."""
     skipped: dict[str, str] = {}
-    live = keyed(timeline(history, start), keys, skipped)
+    tables_of = timeline(history, start)
+    live = keyed(tables_of, keys, skipped)
     segments = spark.createDataFrame(
         [(t.key, i, *e.name, max(e.lo, t.floor), e.hi, e.pk) for t in live for i, e in enumerate(t.epochs)
          if max(e.lo, t.floor) < e.hi], _SEGMENTS)
     rows = history.filter(F.col("optype").isin(*ROW_OPTYPES))
     latest = _latest_per_key(rows, segments).coalesce(spark.sparkContext.defaultParallelism).persist()
-    stats = {r.table: r for r in latest.groupBy("table").agg(
-        F.count_if("alive").alias("rows"), F.count("*").alias("touched"),
-        F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
+    found: list[dict[int, Row]] = []
+
+    def stats() -> dict[int, Row]:
+        """Per table touched: its changed keys (``touched``) and its last row's epoch and columns (``last``);
+        one Spark job, run only for a table that needs them (a MERGE needs neither)."""
+        if not found:
+            found.append({r.table: r for r in latest.groupBy("table").agg(
+                F.count("*").alias("touched"), F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()})
+        return found[0]
+
     tables: dict[str, TableImage] = {}
     taken = {t.stored.path for t in live if t.stored}
     for table in live:
         final = table.columns
-        if final is None and table.key in stats:
-            epoch, columns = stats[table.key].last
+        if final is None and table.key in stats():
+            epoch, columns = stats()[table.key].last
             final = list(columns)
             for later in table.epochs[epoch + 1:]:
                 final = forward(final, later.ops)
@@ -274,7 +282,10 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         types = [kind for _, kind in typed.columns] if typed else None
         same = (carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
                 and carried.types == types)
-        if carried and same and table.key not in stats:
+        # A table of one epoch is touched when the history has rows of its name (its epoch is the whole history)
+        touched = (any(e.name in tables_of.written for e in table.epochs) if len(table.epochs) == 1 and not found
+                   else table.key in stats())
+        if carried and same and not touched:
             tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot,
                                             carried.version, types)
             continue  # no row and no column changed (perhaps renamed): the stored version stays the image
@@ -292,7 +303,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         frame = converted(frame, typed) if typed else frame
         if carried:
             changed = _changed_keys(latest, table, typed)
-            if table.key not in stats or stats[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
+            if table.key not in stats() or stats()[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
                 changed = F.broadcast(changed)
             frame = _stored_rows(spark, store, table, final, names[0], defaults, changed, typed).unionByName(frame)
         own = table.stored.path if table.stored else None
