@@ -15,7 +15,8 @@ overwrite), then the state: a reader of the state sees the old image or the new 
 half-written one (:func:`read_image`), and :func:`as_of` reads the image as of an earlier channel id.
 
 Every commit of an update is an idempotent write of Delta: application id ``gate-image:G`` and
-version I (the watermark's id), and the watermark as the commit's ``userMetadata``. An update killed
+version I (the watermark's id), and the watermark as the commit's ``userMetadata`` (the state's commit
+also carries the image's JSON there: an update reads it from the log without a Spark job). An update killed
 at any point (kill -9) leaves the previous state current; the next one computes the same commits, and
 Delta skips those that were made already. A rebuild (``generation`` G+1) has its own application id.
 
@@ -94,9 +95,10 @@ class Commit:
     def metadata(self) -> str:
         return json.dumps({"channel": self.channel, "watermark": {"id": self.watermark[0], "tid": self.watermark[1]}})
 
-    def writer_options(self) -> dict[str, str]:
+    def writer_options(self, deletion_vectors: bool = True) -> dict[str, str]:
+        """Options of a DataFrame write of this commit (spark_readers.delta.image_table_options's properties)."""
         return {"txnAppId": self.app_id, "txnVersion": str(self.watermark[0]), "userMetadata": self.metadata,
-                **image_table_options()}
+                **image_table_options(deletion_vectors)}
 
 
 @contextmanager
@@ -111,9 +113,18 @@ def committing(spark: SparkSession, commit: Commit) -> Iterator[None]:
             spark.conf.unset(key)
 
 
-def table_version(spark: SparkSession, url: str) -> int:
-    """The latest version of the Delta table at ``url``."""
-    return int(DeltaTable.forPath(spark, url).history(1).collect()[0]["version"])
+def committed(spark: SparkSession, url: str, commit: Commit, before: int | None = None) -> tuple[int, int]:
+    """The latest version of the Delta table at ``url``, just written by ``commit``, and its rows: from that
+    commit's metrics (an overwrite's output rows; a MERGE's inserted and deleted rows, with ``before`` the
+    rows it started from), counted only when the latest commit is not ``commit``'s (a write that made none)."""
+    last = DeltaTable.forPath(spark, url).history(1).collect()[0]
+    version, metrics = int(last["version"]), last["operationMetrics"] or {}
+    if last["userMetadata"] == commit.metadata:
+        if last["operation"] == "MERGE" and before is not None:
+            return version, before + int(metrics["numTargetRowsInserted"]) - int(metrics["numTargetRowsDeleted"])
+        if last["operation"] == "WRITE" and "numOutputRows" in metrics:
+            return version, int(metrics["numOutputRows"])
+    return version, spark.read.format("delta").option("versionAsOf", version).load(url).count()
 
 
 class ImageStore:
@@ -134,11 +145,18 @@ class ImageStore:
         if not self._has_state():
             self._clear()
             return None
-        image = self.read(self.spark.read.format("delta").load(self.url(STATE)))
+        image = self._latest()
         if channel is not None and image.channel not in (None, channel):
             raise MaterialiseError(f"{self.out.url} holds images of channel '{image.channel}', not '{channel}'. "
                                    "Give each channel its own image directory.")
         return image
+
+    def _latest(self) -> Image:
+        """The state's image, from its last commit's ``userMetadata`` (no Spark job: the table's log is not
+        replayed) when the commit carries it, else from its row."""
+        last = DeltaTable.forPath(self.spark, self.url(STATE)).history(1).select("userMetadata").collect()[0]
+        carried = json.loads(last["userMetadata"] or "{}").get("image")
+        return Image.from_json(carried) if carried else self.read(self.spark.read.format("delta").load(self.url(STATE)))
 
     @staticmethod
     def read(state: DataFrame) -> Image:
@@ -164,9 +182,12 @@ class ImageStore:
                                        "or empty directory for the table images.")
 
     def publish(self, image: Image, commit: Commit) -> None:
-        """Make ``image`` current: one commit of the state (skipped when made already)."""
+        """Make ``image`` current: one commit of the state (skipped when made already), whose ``userMetadata``
+        carries the image too (for :meth:`current`)."""
         frame = self.spark.createDataFrame([(json.dumps(image.as_json()),)], "image string")
-        frame.write.format("delta").mode("overwrite").options(**commit.writer_options()).save(self.url(STATE))
+        options = commit.writer_options(deletion_vectors=False)
+        options["userMetadata"] = json.dumps({**json.loads(commit.metadata), "image": image.as_json()})
+        frame.write.format("delta").mode("overwrite").options(**options).save(self.url(STATE))
 
 
 def _tables(spark: SparkSession, store: ImageStore, image: Image) -> dict[str, DataFrame]:

@@ -166,6 +166,7 @@ class Timeline:
     def __init__(self, image: Image | None = None) -> None:
         self.tables: list[TableLife] = []
         self.current: dict[Name, TableLife] = {}
+        self.written: set[Name] = set()  # the names the history has row images of
         for name, stored in (image.tables.items() if image else ()):
             db, table = name.split(".", 1)
             self.current[(db, table)] = TableLife(len(self.tables), list(stored.columns),
@@ -274,6 +275,7 @@ def timeline(history: DataFrame, image: Image | None) -> Timeline:
     names = history.groupBy("dbname", "tablename").agg(ddl.alias("ddl"), F.max(rows).alias("written")).collect()
     for row, name in sorted(((row, (n.dbname, n.tablename)) for n in names for row in n.ddl), key=lambda r: r[0].id):
         timeline.apply(row.id, row.optype, name, row.ddl.asDict(recursive=True) if row.ddl else {})
+    timeline.written = {(n.dbname, n.tablename) for n in names if n.written}
     for n in names:
         if n.written and not any(e.name == (n.dbname, n.tablename) for t in timeline.tables for e in t.epochs):
             timeline.table((n.dbname, n.tablename))

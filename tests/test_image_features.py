@@ -1,13 +1,16 @@
-"""A table image stays readable by every delta-rs reader path (to_pyarrow_table, hence to_pandas) when the
-Spark session's defaults would give new Delta tables deletion vectors, which delta-rs 1.6 refuses."""
+"""Delta features of a table image: deletion vectors (whatever the session's defaults) read by delta-rs's
+scan(), the state readable by every delta-rs path, and a MERGE matching keys of mixed types."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import deltalake
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
@@ -22,41 +25,84 @@ DEFAULT_DV = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
 
 @pytest.fixture
-def dv_by_default(spark: SparkSession) -> Iterator[SparkSession]:
-    """The session as a cluster that enables deletion vectors on every new table."""
-    spark.conf.set(DEFAULT_DV, "true")
+def dv_off_by_default(spark: SparkSession) -> Iterator[SparkSession]:
+    """The session as a cluster that gives new Delta tables no deletion vectors."""
+    spark.conf.set(DEFAULT_DV, "false")
     try:
         yield spark
     finally:
         spark.conf.unset(DEFAULT_DV)
 
 
-def test_image_tables_have_no_deletion_vectors_whatever_the_defaults(dv_by_default: SparkSession, sandbox: Sandbox,
-                                                                     unique_name: str, tmp_path: Path) -> None:
+def _column(name: str, data_type: str, key: bool) -> dict[str, str]:
+    return {"field_name": name, "nullable": "No" if key else "Yes", "primary_key": "Yes" if key else "No",
+            "data_type": data_type}
+
+
+def delta_rs_rows(path: Path, version: int | None = None) -> list[dict[str, Any]]:
+    """A table's rows read with delta-rs as the docs say (DeltaTable.scan(), which applies deletion vectors)."""
+    return pa.table(deltalake.DeltaTable(str(path), version=version).scan()).to_pylist()
+
+
+def test_image_tables_have_deletion_vectors_whatever_the_defaults(dv_off_by_default: SparkSession, sandbox: Sandbox,
+                                                                  unique_name: str, tmp_path: Path) -> None:
+    """A MERGE marks the changed keys' rows deleted (a deletion vector) instead of copying their file; delta-rs
+    reads the table with scan() and refuses it in to_pyarrow_table (never a wrong value); the state has no
+    deletion vectors, so every delta-rs path reads it."""
     dc = make_channel(sandbox.dc, sandbox.source, unique_name)
     channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
-    columns = [{"field_name": c, "nullable": "No", "primary_key": "Yes" if c == "id" else "No", "data_type": "int"}
-               for c in ("id", "v")]
-    channel.write([[("shop", "t", "CREATETABLE", {"NEW": columns}),
-                    ("shop", "t", "INSERT", {"NEW": [{"id": "1"}, {"v": "10"}]}),
-                    ("shop", "t", "INSERT", {"NEW": [{"id": "2"}, {"v": "20"}]})]])
+    channel.write([[("shop", "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("v", "int", False)]}),
+                    *[("shop", "t", "INSERT", {"NEW": [{"id": str(i)}, {"v": str(10 * i)}]}) for i in range(1, 21)]]])
     out = tmp_path / "image"
     source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
-    materialise_channel(dv_by_default, source, str(out))
+    materialise_channel(dv_off_by_default, source, str(out))
     channel.write([[("shop", "t", "UPDATE", {"NEW": [{"id": "1"}, {"v": "11"}], "OLD": [{"id": "1"}, {"v": "10"}]}),
                     ("shop", "t", "DELETE", {"OLD": [{"id": "2"}, {"v": "20"}]}),
-                    ("shop", "t", "INSERT", {"NEW": [{"id": "3"}, {"v": "30"}]})]])
-    materialise_channel(dv_by_default, source, str(out))  # a MERGE of the changed keys
+                    ("shop", "t", "INSERT", {"NEW": [{"id": "30"}, {"v": "300"}]})]])
+    materialise_channel(dv_off_by_default, source, str(out))  # a MERGE of the changed keys
 
     state = json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())
     table = deltalake.DeltaTable(str(out / "shop" / "t"))
     assert table.history(1)[0]["operation"] == "MERGE"
     assert state["tables"]["shop.t"]["version"] == table.version() == 1
-    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 1, "v": 11, "_invalid": None}, {"id": 3, "v": 30, "_invalid": None}]  # typed, as CREATETABLE says
-    for path in (out / STATE, out / "shop" / "t"):
-        protocol = deltalake.DeltaTable(str(path)).protocol()
-        assert (protocol.min_reader_version, protocol.reader_features) == (1, None)
-        assert deltalake.DeltaTable(str(path)).metadata().configuration == {
-            "delta.enableDeletionVectors": "false", "delta.enableTypeWidening": "false",
-            "delta.columnMapping.mode": "none"}
+    assert state["tables"]["shop.t"]["rows"] == 20  # from the MERGE's metrics
+    assert pa.table(table.deletion_vectors()).num_rows >= 1  # the MERGE marked rows 1 and 2 deleted in their files
+    before = [{"id": i, "v": 10 * i, "_invalid": None} for i in range(1, 21)]  # typed, as CREATETABLE says
+    assert sorted(delta_rs_rows(out / "shop" / "t", 0), key=lambda r: r["id"]) == before
+    assert sorted(delta_rs_rows(out / "shop" / "t", 1), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 11, "_invalid": None}, *before[2:], {"id": 30, "v": 300, "_invalid": None}]
+    with pytest.raises(deltalake.exceptions.DeltaProtocolError, match="deletionVectors"):
+        table.to_pyarrow_table()
+    protocol = table.protocol()
+    assert (protocol.min_reader_version, protocol.reader_features) == (3, ["deletionVectors"])
+    assert table.metadata().configuration == {"delta.enableDeletionVectors": "true", "delta.enableTypeWidening": "false",
+                                              "delta.columnMapping.mode": "none"}
+    protocol = deltalake.DeltaTable(str(out / STATE)).protocol()
+    assert (protocol.min_reader_version, protocol.reader_features) == (1, None)
+
+
+def test_a_key_of_columns_of_different_types_is_merged(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                       tmp_path: Path) -> None:
+    """A typed table whose key is an int and a varchar gets a MERGE of its changed keys (matched column by
+    column), not a rewrite, and keeps the right rows."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    columns = [_column("id", "int", True), _column("code", "varchar(8)", True), _column("v", "decimal(6,2)", False)]
+    channel.write([[("shop", "t", "CREATETABLE", {"NEW": columns}),
+                    *[("shop", "t", "INSERT", {"NEW": [{"id": str(i)}, {"code": code}, {"v": f"{i}.50"}]})
+                      for i, code in ((1, "a"), (1, "b"), (2, "a"))]]])
+    out = tmp_path / "image"
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    materialise_channel(spark, source, str(out))
+    channel.write([[("shop", "t", "UPDATE", {"NEW": [{"id": "1"}, {"code": "b"}, {"v": "9.99"}],
+                                            "OLD": [{"id": "1"}, {"code": "b"}, {"v": "1.50"}]}),
+                    ("shop", "t", "DELETE", {"OLD": [{"id": "2"}, {"code": "a"}, {"v": "2.50"}]}),
+                    ("shop", "t", "INSERT", {"NEW": [{"id": "2"}, {"code": "b"}, {"v": "3.00"}]})]])
+    materialise_channel(spark, source, str(out))
+
+    table = deltalake.DeltaTable(str(out / "shop" / "t"))
+    assert table.history(1)[0]["operation"] == "MERGE"
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: (r["id"], r["code"])) == [
+        {"id": 1, "code": "a", "v": Decimal("1.50"), "_invalid": None},
+        {"id": 1, "code": "b", "v": Decimal("9.99"), "_invalid": None},
+        {"id": 2, "code": "b", "v": Decimal("3.00"), "_invalid": None}]

@@ -61,8 +61,9 @@ def image_tables(spark: SparkSession, out: Path) -> Tables:
 
 
 def delta_rs_table(out: Path, table: dict[str, Any]) -> pa.Table:
-    """One table of the image read with delta-rs in this plain Python process, at the image's version."""
-    return deltalake.DeltaTable(str(out / table["path"]), version=table["version"]).to_pyarrow_table()
+    """One table of the image read with delta-rs in this plain Python process, at the image's version (scan():
+    it applies deletion vectors)."""
+    return pa.table(deltalake.DeltaTable(str(out / table["path"]), version=table["version"]).scan())
 
 
 def delta_rs_tables(out: Path) -> Tables:

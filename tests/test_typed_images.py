@@ -61,7 +61,7 @@ def check_image(spark: SparkSession, out: Path, where: str, source: dict[int, di
     arrow = {f.name: str(f.type) for f in delta_rs.schema}
     assert {n: arrow[n] for n in ("ti", "biu", "dt6", "ts6", "dte", "bit1", "st", "bl")} == {
         "ti": "int8", "biu": "decimal128(20, 0)", "dt6": "timestamp[us]", "ts6": "timestamp[us, tz=UTC]",
-        "dte": "date32[day]", "bit1": "bool", "st": "list<element: string>", "bl": "binary"}
+        "dte": "date32[day]", "bit1": "bool", "st": "list<element: string_view>", "bl": "binary_view"}  # scan()'s
 
 
 def test_typed_images_equal_the_source_over_the_type_matrix(spark: SparkSession, sandbox: Sandbox, unique_name: str,
