@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pyspark
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from gate.common.errors import MaterialiseError
@@ -56,6 +57,18 @@ def delta_jars() -> list[str]:
         raise MaterialiseError(f"The Delta Lake jars ({PACKAGE}) are not in {folder}: run scripts/setup.sh (or "
                                "python -m spark_readers.delta) once with access to Maven Central.")
     return jars
+
+
+def with_deletion_vectors(spark: SparkSession, url: str) -> None:
+    """Turn deletion vectors on for the image table at ``url`` if it exists without them (made by a gate from
+    before image tables had them: Delta sets table properties when it creates a table, not when a write
+    overwrites it), so that the MERGEs and writes that follow mark rows instead of copying files."""
+    if not DeltaTable.isDeltaTable(spark, url):
+        return
+    properties = DeltaTable.forPath(spark, url).detail().first()["properties"]  # type: ignore[index]
+    if properties.get("delta.enableDeletionVectors") != "true":
+        name = url.replace("`", "``")
+        spark.sql(f"ALTER TABLE delta.`{name}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
 
 def image_table_options(deletion_vectors: bool = True) -> dict[str, str]:

@@ -57,6 +57,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
+from spark_readers.delta import with_deletion_vectors
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
 from spark_readers.load import OutputDir, read_cursor, read_increments
@@ -292,6 +293,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         key = pk or sorted(final)
         if carried and same and len(table.epochs) == 1:  # only rows changed: MERGE them
             url = store.url(carried.path)
+            with_deletion_vectors(spark, url)
             _merge(spark, url, replace(carried, columns=[*final, INVALID], key=key) if typed else carried,
                    _changes(latest, table, names, defaults, final, typed, key), commit)
             version, count = committed(spark, url, commit, carried.rows)
@@ -310,6 +312,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         path = own if own == "/".join(table.epochs[-1].name) else _folder(table, taken)
         taken.add(path)
         url = store.url(path)
+        with_deletion_vectors(spark, url)
         (frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
          .options(**commit.writer_options()).save(url))
         version, count = committed(spark, url, commit)

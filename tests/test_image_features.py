@@ -14,9 +14,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+import spark_readers.image
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
+from spark_readers.delta import image_table_options
 from spark_readers.image import STATE
 from spark_readers.materialise import materialise_channel
 from tests.replay import make_channel
@@ -79,6 +81,34 @@ def test_image_tables_have_deletion_vectors_whatever_the_defaults(dv_off_by_defa
                                               "delta.columnMapping.mode": "none"}
     protocol = deltalake.DeltaTable(str(out / STATE)).protocol()
     assert (protocol.min_reader_version, protocol.reader_features) == (1, None)
+
+
+def test_a_table_made_without_deletion_vectors_gets_them_at_its_next_update(
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table an older gate made (no deletion vectors; Delta sets table properties only when it creates a
+    table) has them turned on by the next update, whose MERGE then marks rows instead of copying files."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    channel.write([[("shop", "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("v", "int", False)]}),
+                    *[("shop", "t", "INSERT", {"NEW": [{"id": str(i)}, {"v": str(10 * i)}]}) for i in range(1, 21)]]])
+    out = tmp_path / "image"
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    with monkeypatch.context() as older:  # the image as an older gate wrote it
+        older.setattr(spark_readers.image, "image_table_options", lambda deletion_vectors=True: image_table_options(False))
+        materialise_channel(spark, source, str(out))
+    assert deltalake.DeltaTable(str(out / "shop" / "t")).metadata().configuration["delta.enableDeletionVectors"] == "false"
+    channel.write([[("shop", "t", "UPDATE", {"NEW": [{"id": "1"}, {"v": "11"}], "OLD": [{"id": "1"}, {"v": "10"}]}),
+                    ("shop", "t", "DELETE", {"OLD": [{"id": "2"}, {"v": "20"}]})]])
+    materialise_channel(spark, source, str(out))
+
+    table = deltalake.DeltaTable(str(out / "shop" / "t"))
+    assert [h["operation"] for h in table.history(2)] == ["MERGE", "SET TBLPROPERTIES"]
+    assert table.metadata().configuration["delta.enableDeletionVectors"] == "true"
+    assert pa.table(table.deletion_vectors()).num_rows >= 1
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 11, "_invalid": None}, *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)]]
+    state = json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())
+    assert (state["tables"]["shop.t"]["version"], state["tables"]["shop.t"]["rows"]) == (table.version(), 19)
 
 
 def test_a_key_of_columns_of_different_types_is_merged(spark: SparkSession, sandbox: Sandbox, unique_name: str,
