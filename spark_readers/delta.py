@@ -65,10 +65,10 @@ def with_deletion_vectors(spark: SparkSession, url: str) -> None:
     overwrites it), so that the MERGEs and writes that follow mark rows instead of copying files."""
     if not DeltaTable.isDeltaTable(spark, url):
         return
-    properties = DeltaTable.forPath(spark, url).detail().first()["properties"]  # type: ignore[index]
-    if properties.get("delta.enableDeletionVectors") != "true":
+    on = "delta.enableDeletionVectors"
+    if DeltaTable.forPath(spark, url).detail().first()["properties"].get(on) != _IMAGE_PROPERTIES[on]:  # type: ignore[index]
         name = url.replace("`", "``")
-        spark.sql(f"ALTER TABLE delta.`{name}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        spark.sql(f"ALTER TABLE delta.`{name}` SET TBLPROPERTIES ('{on}' = '{_IMAGE_PROPERTIES[on]}')")
 
 
 def image_table_options(deletion_vectors: bool = True) -> dict[str, str]:

@@ -254,15 +254,12 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
          if max(e.lo, t.floor) < e.hi], _SEGMENTS)
     rows = history.filter(F.col("optype").isin(*ROW_OPTYPES))
     latest = _latest_per_key(rows, segments).coalesce(spark.sparkContext.defaultParallelism).persist()
-    found: list[dict[int, Row]] = []
-
+    @functools.cache
     def stats() -> dict[int, Row]:
         """Per table touched: its changed keys (``touched``) and its last row's epoch and columns (``last``);
         one Spark job, run only for a table that needs them (a MERGE needs neither)."""
-        if not found:
-            found.append({r.table: r for r in latest.groupBy("table").agg(
-                F.count("*").alias("touched"), F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()})
-        return found[0]
+        return {r.table: r for r in latest.groupBy("table").agg(
+            F.count("*").alias("touched"), F.max_by(F.struct("epoch", "columns"), "id").alias("last")).collect()}
 
     tables: dict[str, TableImage] = {}
     taken = {t.stored.path for t in live if t.stored}
@@ -284,8 +281,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         same = (carried is not None and names[0] == {c: c for c in carried.columns} == {c: c for c in final}
                 and carried.types == types)
         # A table of one epoch is touched when the history has rows of its name (its epoch is the whole history)
-        touched = (any(e.name in tables_of.written for e in table.epochs) if len(table.epochs) == 1 and not found
-                   else table.key in stats())
+        touched = (table.epochs[0].name in tables_of.written if len(table.epochs) == 1 else table.key in stats())
         if carried and same and not touched:
             tables[table.name] = TableImage(carried.path, final, pk, carried.rows, table.complete, table.snapshot,
                                             carried.version, types)

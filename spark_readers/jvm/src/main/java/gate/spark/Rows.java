@@ -39,7 +39,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class Rows {
     static final StructType SCHEMA = schema();
     private static final StructType DDL = (StructType) SCHEMA.apply("ddl").dataType();
-    private static final Set<String> ROW_OPTYPES = Set.of("INSERT", "UPDATE", "DELETE", "SNAPSHOT");
+    static final Set<String> ROW_OPTYPES = Set.of("INSERT", "UPDATE", "DELETE", "SNAPSHOT");
     private static final JsonFactory JSON = JsonFactory.builder()
         .enable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS) // NaN and Infinity, which Python's json reads
         .streamReadConstraints(StreamReadConstraints.builder().maxStringLength(Integer.MAX_VALUE).build())

@@ -2,6 +2,7 @@ package gate.spark;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeArrayWriter;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
@@ -14,21 +15,17 @@ import org.apache.spark.unsafe.Platform;
  * The row returned is reused by the next call, as Spark allows a partition reader to do.
  */
 final class UnsafeRows {
-    private static final byte[][] ROW_OPTYPES = {bytes("INSERT"), bytes("UPDATE"), bytes("DELETE"),
-        bytes("SNAPSHOT")};
+    private static final byte[][] ROW_OPTYPES = Rows.ROW_OPTYPES.stream()
+        .map(optype -> optype.getBytes(StandardCharsets.UTF_8)).toArray(byte[][]::new);
     private static final int STRING = 8; // the size of an array element that is a string (its offset and size)
 
     private final Images images = new Images();
     private final UnsafeRowWriter row = new UnsafeRowWriter(Rows.SCHEMA.size(), 1024);
     private final UnsafeArrayWriter array = new UnsafeArrayWriter(row, STRING);
 
-    private static byte[] bytes(String text) {
-        return text.getBytes(StandardCharsets.UTF_8);
-    }
-
     private static boolean rowChange(byte[] optype) {
         for (byte[] known : ROW_OPTYPES) {
-            if (java.util.Arrays.equals(known, optype)) {
+            if (Arrays.equals(known, optype)) {
                 return true;
             }
         }
