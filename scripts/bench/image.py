@@ -19,6 +19,7 @@ import json
 import shutil
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from spark_source import (  # beside this script: python puts its folder first o
     DriverTree,
     History,
     bench_channel,
-    timed,
+    measure,
 )
 
 from gate.common.config import ServerConfig
@@ -36,7 +37,8 @@ from spark_readers.materialise import materialise_channel
 from spark_readers.session import spark_session
 
 
-def measure(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: Path) -> dict[str, Any]:
+def compare(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Callable[[], float], tmp: Path
+            ) -> dict[str, Any]:
     tree = DriverTree()
     tree.start()
     spark = spark_session("local[2]")
@@ -50,9 +52,8 @@ def measure(args: argparse.Namespace, dc: ServerConfig, history: History, tmp: P
     for attempt in range(args.repeat):
         shutil.copytree(tmp / "before", tmp / f"inc{attempt}")
         for name, rows, out in (("image_incremental", new, f"inc{attempt}"), ("image_full", everything, f"full{attempt}")):
-            figures: dict[str, Any] = {}
-            timed(name, rows, lambda out=out: materialise_channel(spark, options, str(tmp / out)), tree, figures)
-            runs[name].append(figures[name])
+            runs[name].append(measure(name, rows, lambda out=out: materialise_channel(spark, options, str(tmp / out)),
+                                      tree, dc_cpu))
     same = {d: sorted(tuple(r) for r in read_image(spark, str(tmp / d))["bench.t"].collect()) for d in ("inc0", "full0")}
     tree.halt.set()
     spark.stop()
@@ -74,8 +75,8 @@ def main() -> None:
     args = parser.parse_args()
     figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="gate-image-bench-") as tmp, bench_channel(Path(tmp), args.rows) as (
-            dc, history):
-        figures.update(measure(args, dc, history, Path(tmp)))
+            dc, history, dc_cpu):
+        figures.update(compare(args, dc, history, dc_cpu, Path(tmp)))
     figures["machine_load_average_at_end"] = psutil.getloadavg()
     print(json.dumps(figures, indent=2))
     if args.json:
