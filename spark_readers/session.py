@@ -28,6 +28,11 @@ JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 # an image table's log is small, and 50 tasks per replay made an update of the 1,000,000-row benchmark image
 # 2.4x slower on local[2] (235 s against 97 s, load average 17 to 23). At most one per core.
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+# Hadoop's local file system without its native library (PySpark from PyPI has none) starts a chmod or readlink
+# process for each file it creates or link it checks: about 30 per streaming micro-batch, 160 per image update,
+# 3.5 ms each on local[2]. The JVM source's jar has the same file system doing that work in-process (LocalDisk.java).
+LOCAL_DISK = {"spark.hadoop.fs.file.impl": "gate.spark.LocalDisk$FileSystem",
+              "spark.hadoop.fs.AbstractFileSystem.file.impl": "gate.spark.LocalDisk$Context"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,9 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
     session time zone, no UI, Delta's log replays in at most one task per core, ``format("gate")`` registered
     (spark_readers.source.register).
 
+    A local master without spark-submit also gets the ``file:`` file system of :data:`LOCAL_DISK` (Hadoop's,
+    without the processes it starts per file).
+
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
     the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
     defaults to ``local[2]``, ``jars``, the gate source's jar and the Delta jars are added and Python workers
@@ -73,6 +81,10 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
         builder = builder.master(master)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            if "PYSPARK_GATEWAY_PORT" not in os.environ:  # spark-submit itself reads files: the JVM's classpath
+                builder = builder.config("spark.driver.extraClassPath", source_jar())
+                for key, value in LOCAL_DISK.items():
+                    builder = builder.config(key, value)
     for key, value in DELTA_SETTINGS.items():
         builder = builder.config(key, value)
     spark = (builder.config("spark.ui.enabled", "false")

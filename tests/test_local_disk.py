@@ -1,0 +1,63 @@
+"""The ``file:`` file system of the sessions spark_readers.session starts (gate.spark.LocalDisk): Hadoop's local
+file system setting permissions and reading link statuses in-process, with Hadoop's results."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+
+def _fs(spark: SparkSession) -> tuple[Any, Any]:
+    jvm = spark._jvm
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
+    return jvm, fs
+
+
+def test_the_sessions_read_and_write_local_files_through_gates_file_system(spark: SparkSession) -> None:
+    jvm, fs = _fs(spark)
+    assert fs.getClass().getName() == "gate.spark.LocalDisk$FileSystem"
+    context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(jvm.java.net.URI("file:///"),
+                                                                  spark._jsc.hadoopConfiguration())
+    assert context.getDefaultFileSystem().getClass().getName() == "gate.spark.LocalDisk$Context"
+
+
+def test_permissions_are_set_as_chmod_sets_them(spark: SparkSession, tmp_path: Path) -> None:
+    jvm, fs = _fs(spark)
+    permission = jvm.org.apache.hadoop.fs.permission.FsPermission
+    made = tmp_path / "made"
+    assert fs.mkdirs(jvm.org.apache.hadoop.fs.Path(str(made)), permission(0o751))
+    assert stat.S_IMODE(made.stat().st_mode) == 0o751
+    for mode in (0o640, 0o777, 0o000, 0o404, 0o6755):
+        fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(made)), permission(mode))
+        assert stat.S_IMODE(made.stat().st_mode) == mode & 0o777
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(sticky)), permission(0o1777))  # Hadoop's own chmod
+    assert stat.S_IMODE(sticky.stat().st_mode) == 0o1777
+    out = fs.create(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "file")))
+    out.write(b"abc")
+    out.close()
+    assert (tmp_path / "file").read_bytes() == b"abc"
+    assert stat.S_IMODE((tmp_path / "file").stat().st_mode) == 0o644  # Hadoop's umask (022), not the process's
+    with pytest.raises(Exception, match="FileNotFoundException: File .*missing does not exist"):
+        fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "missing")), permission(0o644))
+
+
+def test_link_statuses_are_hadoops(spark: SparkSession, tmp_path: Path) -> None:
+    jvm, fs = _fs(spark)
+    (tmp_path / "target").write_text("x")
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    plain = fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(f"file://{tmp_path}/target"))
+    assert (plain.isSymlink(), plain.isFile(), plain.getLen()) == (False, True, 1)
+    link = fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "link")))
+    assert link.isSymlink() and link.getSymlink().toUri().getPath() == str(tmp_path / "target")
+    dangling = fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "dangling")))
+    assert dangling.isSymlink() and dangling.getSymlink().toUri().getPath() == str(tmp_path / "nowhere")
+    with pytest.raises(Exception, match="FileNotFoundException"):
+        fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "missing")))
