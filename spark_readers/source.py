@@ -222,6 +222,19 @@ def split(lo: int, hi: int, parts: int) -> list[IdRange]:
     return [IdRange(lo + (hi - lo) * i // count, lo + (hi - lo) * (i + 1) // count) for i in range(max(count, 0))]
 
 
+def first_gap(first: int, last: int, ids: list[int]) -> str:
+    """The first ids missing from ``ids`` (ascending, read for ``first < id <= last``), as the JVM source names
+    them: "row 7 is" or "rows 7 to 8 are"."""
+    expected = first + 1
+    for found in ids:
+        if found != expected:
+            break
+        expected += 1
+    else:
+        found = last + 1
+    return f"row {expected} is" if found == expected + 1 else f"rows {expected} to {found - 1} are"
+
+
 def read_range(login: Login, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
     """The parsed rows ``lo < id <= hi``, in id order, read by primary-key range queries of :data:`CHUNK` rows
     (an Arrow batch each).
@@ -237,9 +250,9 @@ def read_range(login: Login, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
                 if len(rows) != last - first:  # retention removed some while this query read them
                     require_kept(conn, login.channel, first)
                     raise RowsMissing(
-                        f"Channel '{login.channel}': rows {first + 1} to {last} are not all there ({len(rows)} of "
-                        f"{last - first}), yet retention has removed none of them: rows of transfer_data below the "
-                        "checkpoint were deleted by other means. Rebuild from a new snapshot of the source tables.")
+                        f"Channel '{login.channel}': {first_gap(first, last, [r[0] for r in rows])} not there, yet "
+                        "retention has removed none of them: rows of transfer_data below the checkpoint were deleted "
+                        "by other means. Rebuild from a new snapshot of the source tables.")
                 yield to_batch(rows)
     finally:
         conn.close()

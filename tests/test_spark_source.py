@@ -103,6 +103,21 @@ def test_to_batch_gives_every_image_shape_its_columns() -> None:
     assert to_batch([]).num_rows == 0
 
 
+@pytest.mark.parametrize(("ids", "named"), [
+    ([1, 2, 3, 4, 6], "row 5 is"),
+    ([1, 2, 5, 6], "rows 3 to 4 are"),
+    ([3, 4, 5, 6], "rows 1 to 2 are"),
+    ([1, 2, 3], "rows 4 to 6 are"),
+    ([1, 2, 3, 4, 5], "row 6 is"),
+    ([], "rows 1 to 6 are"),
+    ([1, 4, 6], "rows 2 to 3 are"),  # the first gap
+])
+def test_a_gap_in_a_range_is_named_by_its_first_missing_ids(ids: list[int], named: str) -> None:
+    from spark_readers.source import first_gap
+
+    assert first_gap(0, 6, ids) == named
+
+
 @pytest.mark.parametrize(("start", "want", "expected"), [
     (0, 2, 2),    # 2 ends transaction 1
     (0, 3, 2),    # 3 is inside transaction 2 (3..6): back to the end of 1
@@ -209,8 +224,7 @@ def test_a_range_read_meeting_removed_rows_is_expired_and_another_gap_is_an_erro
     with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM transfer_data WHERE id IN (7, 8)")
     with pytest.raises(RowsMissing, match=re.escape(
-            f"Channel '{unique_name}': rows 1 to {channel.id} are not all there ({channel.id - 2} of {channel.id}), "
-            "yet retention has removed none of them")):
+            f"Channel '{unique_name}': rows 7 to 8 are not there, yet retention has removed none of them")):
         list(read_range(reader, 0, channel.id))
     with connect(dc, "DC", unique_name) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO gate_meta (name, value) VALUES ('purged_through', '8')")
