@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from gate.common.config import ServerConfig, check_identifier
@@ -64,7 +65,8 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
     (spark_readers.source.register).
 
     A local master without spark-submit also gets the ``file:`` file system of :data:`LOCAL_DISK` (Hadoop's,
-    without the processes it starts per file).
+    without the processes it starts per file), when the session is the first of the process (the JVM starts
+    with it).
 
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
     the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
@@ -81,7 +83,9 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
         builder = builder.master(master)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            if "PYSPARK_GATEWAY_PORT" not in os.environ:  # spark-submit itself reads files: the JVM's classpath
+            # Only when this session starts the JVM: spark-submit itself reads files before it adds jars, so the
+            # file system's class must be on the JVM's classpath from its start
+            if "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None:
                 builder = builder.config("spark.driver.extraClassPath", source_jar())
                 for key, value in LOCAL_DISK.items():
                     builder = builder.config(key, value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +63,30 @@ def test_link_statuses_are_hadoops(spark: SparkSession, tmp_path: Path) -> None:
     assert dangling.isSymlink() and dangling.getSymlink().toUri().getPath() == str(tmp_path / "nowhere")
     with pytest.raises(Exception, match="FileNotFoundException"):
         fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "missing")))
+
+
+SECOND_SESSION = """
+import sys
+from pyspark.sql import SparkSession
+SparkSession.builder.master("local[1]").getOrCreate().stop()  # the JVM starts without gate's jar
+from spark_readers.session import spark_session
+spark = spark_session("local[1]")
+jvm = spark._jvm
+print(jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
+      .getClass().getName())
+spark.range(3).write.parquet(sys.argv[1] + "/in")
+query = (spark.readStream.schema("id long").parquet(sys.argv[1] + "/in").writeStream.format("noop")
+         .option("checkpointLocation", sys.argv[1] + "/checkpoint").trigger(availableNow=True).start())
+query.awaitTermination()
+print(query.recentProgress[0]["numInputRows"])
+"""
+
+
+def test_a_session_in_a_jvm_started_without_the_jar_keeps_hadoops_file_system(tmp_path: Path) -> None:
+    """The file system's class must be on the JVM's classpath from its start: a session of a process whose JVM
+    another session started keeps Hadoop's own file system, and its files and checkpoints work."""
+    done = subprocess.run([sys.executable, "-c", SECOND_SESSION, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    file_system, rows = done.stdout.split()
+    assert (file_system.startswith("org.apache.hadoop."), rows) == (True, "3")  # Hadoop's, whichever Spark chose
