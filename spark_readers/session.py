@@ -9,11 +9,14 @@ with ``jdbc:mariadb://`` Spark picks no SQL dialect and quotes names wrongly.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import pyspark
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
@@ -65,8 +68,8 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
     (spark_readers.source.register).
 
     A local master without spark-submit also gets the ``file:`` file system of :data:`LOCAL_DISK` (Hadoop's,
-    without the processes it starts per file), when the session is the first of the process (the JVM starts
-    with it).
+    without the processes it starts per file) when the session starts the JVM and the user set no driver class
+    path (:func:`_local_disk`).
 
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
     the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
@@ -83,9 +86,7 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
         builder = builder.master(master)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            # Only when this session starts the JVM: spark-submit itself reads files before it adds jars, so the
-            # file system's class must be on the JVM's classpath from its start
-            if "PYSPARK_GATEWAY_PORT" not in os.environ and SparkContext._gateway is None:
+            if _local_disk(master):
                 builder = builder.config("spark.driver.extraClassPath", source_jar())
                 for key, value in LOCAL_DISK.items():
                     builder = builder.config(key, value)
@@ -99,6 +100,23 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
         spark.conf.set(SNAPSHOT_PARTITIONS, str(min(50, spark.sparkContext.defaultParallelism)))
     register(spark)
     return spark
+
+
+def _local_disk(master: str) -> bool:
+    """Whether a session with ``master`` gets :data:`LOCAL_DISK`: a local master (one JVM, no executors of their
+    own), a JVM this session starts (spark-submit itself reads files before it adds jars, so the class must be on
+    the JVM's class path from its start), and no class path of the user's, which the jar's would replace
+    (spark-submit keeps one value of spark.driver.extraClassPath)."""
+    if not (master == "local" or master.startswith("local[")) or SparkContext._gateway is not None \
+            or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return False
+    if re.search(r"--driver-class-path|spark\.driver\.extraClassPath", os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
+        return False
+    conf = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(
+        pyspark.__file__), "conf")
+    defaults = Path(conf) / "spark-defaults.conf"
+    return not (defaults.is_file() and re.search(r"^\s*spark\.driver\.extraClassPath\b", defaults.read_text(),
+                                                 re.MULTILINE))
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The ``file:`` file system of the sessions spark_readers.session starts (gate.spark.LocalDisk): Hadoop's local
-file system setting permissions and reading link statuses in-process, with Hadoop's results."""
+file system setting permissions and reading link statuses in-process, to the same permissions and statuses."""
 
 from __future__ import annotations
 
@@ -34,13 +34,19 @@ def test_permissions_are_set_as_chmod_sets_them(spark: SparkSession, tmp_path: P
     made = tmp_path / "made"
     assert fs.mkdirs(jvm.org.apache.hadoop.fs.Path(str(made)), permission(0o751))
     assert stat.S_IMODE(made.stat().st_mode) == 0o751
-    for mode in (0o640, 0o777, 0o000, 0o404, 0o6755):
+    for mode in (0o640, 0o777, 0o000, 0o404):
         fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(made)), permission(mode))
-        assert stat.S_IMODE(made.stat().st_mode) == mode & 0o777
+        assert stat.S_IMODE(made.stat().st_mode) == mode
     sticky = tmp_path / "sticky"
     sticky.mkdir()
     fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(sticky)), permission(0o1777))  # Hadoop's own chmod
     assert stat.S_IMODE(sticky.stat().st_mode) == 0o1777
+    for shared in ("by_gate", "by_chmod"):  # a setgid directory keeps its bit, as chmod 0755 keeps it
+        (tmp_path / shared).mkdir()
+        os.chmod(tmp_path / shared, 0o2775)
+    fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "by_gate")), permission(0o755))
+    subprocess.run(["chmod", "0755", str(tmp_path / "by_chmod")], check=True)
+    assert stat.S_IMODE((tmp_path / "by_gate").stat().st_mode) == stat.S_IMODE((tmp_path / "by_chmod").stat().st_mode)
     out = fs.create(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "file")))
     out.write(b"abc")
     out.close()
@@ -90,3 +96,28 @@ def test_a_session_in_a_jvm_started_without_the_jar_keeps_hadoops_file_system(tm
     assert done.returncode == 0, done.stderr[-3000:]
     file_system, rows = done.stdout.split()
     assert (file_system.startswith("org.apache.hadoop."), rows) == (True, "3")  # Hadoop's, whichever Spark chose
+
+
+@pytest.mark.parametrize(("master", "submit_args", "defaults", "used"), [
+    ("local[2]", "", None, True),
+    ("local", "", "# spark.driver.extraClassPath /commented/out\n", True),
+    ("local-cluster[2,1,1024]", "", None, False),  # executors of their own would need the jar from their start
+    ("spark://host:7077", "", None, False),
+    ("local[2]", "--driver-class-path /opt/jdbc.jar pyspark-shell", None, False),  # the jar's would replace it
+    ("local[2]", "--conf spark.driver.extraClassPath=/opt/jdbc.jar pyspark-shell", None, False),
+    ("local[2]", "", "spark.driver.extraClassPath /opt/jdbc.jar\n", False),
+])
+def test_local_disk_only_where_it_replaces_nobodys_class_path(master: str, submit_args: str, defaults: str | None,
+                                                             used: bool, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark import SparkContext
+
+    from spark_readers.session import _local_disk
+
+    monkeypatch.setattr(SparkContext, "_gateway", None)  # as before the first session of a process
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit_args)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    if defaults is not None:
+        (tmp_path / "spark-defaults.conf").write_text(defaults)
+    assert _local_disk(master) is used

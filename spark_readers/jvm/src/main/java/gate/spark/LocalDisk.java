@@ -27,9 +27,11 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * micro-batch writes its offset and commit logs with about 30 of them, a Delta image update with about 160.
  *
  * <p>Here permissions are set with {@link Files#setPosixFilePermissions} and a path that is no symbolic link gets
- * its status without asking {@code readlink}: the same results, in-process. A sticky bit and symbolic links keep
- * Hadoop's own code. spark_readers.session installs both classes for the {@code file:} scheme in the sessions it
- * starts with a local master ({@code fs.file.impl}, {@code fs.AbstractFileSystem.file.impl}).
+ * its status without asking {@code readlink}: the same permissions and statuses, in-process. A sticky bit, a
+ * directory with its setuid or setgid bit (which chmod keeps and chmod(2) clears) and symbolic links keep Hadoop's
+ * own code. Errors stay IOExceptions, but not the same ones: a missing file gives FileNotFoundException where
+ * Hadoop's chmod gives ExitCodeException. spark_readers.session installs both classes for the {@code file:} scheme
+ * in the sessions it starts with a local master ({@code fs.file.impl}, {@code fs.AbstractFileSystem.file.impl}).
  */
 public final class LocalDisk {
     private LocalDisk() {
@@ -81,11 +83,13 @@ public final class LocalDisk {
     /** RawLocalFileSystem with in-process permissions and link statuses. */
     static final class Raw extends RawLocalFileSystem {
         private static final PosixFilePermission[] BITS = PosixFilePermission.values(); // OWNER_READ first: bit 8
+        private static final int SETID = 06000; // setuid and setgid
 
         @Override
         public void setPermission(Path p, FsPermission permission) throws IOException {
-            if (permission.getStickyBit()) {
-                super.setPermission(p, permission);
+            java.nio.file.Path file = pathToFile(p).toPath();
+            if (permission.getStickyBit() || (Files.isDirectory(file) && (mode(file) & SETID) != 0)) {
+                super.setPermission(p, permission); // chmod keeps a directory's setuid and setgid bits; chmod(2) not
                 return;
             }
             int mode = permission.toShort();
@@ -96,9 +100,17 @@ public final class LocalDisk {
                 }
             }
             try {
-                Files.setPosixFilePermissions(pathToFile(p).toPath(), set);
+                Files.setPosixFilePermissions(file, set);
             } catch (NoSuchFileException e) {
                 throw new FileNotFoundException("File " + p + " does not exist");
+            }
+        }
+
+        private static int mode(java.nio.file.Path file) throws IOException {
+            try {
+                return (Integer) Files.getAttribute(file, "unix:mode");
+            } catch (NoSuchFileException e) {
+                throw new FileNotFoundException("File " + file + " does not exist");
             }
         }
 
