@@ -112,9 +112,8 @@ def _local_disk(master: str) -> bool:
         return False
     if re.search(r"--driver-class-path|spark\.driver\.extraClassPath", os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
         return False
-    conf = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(
-        pyspark.__file__), "conf")
-    defaults = Path(conf) / "spark-defaults.conf"
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    defaults = Path(os.environ.get("SPARK_CONF_DIR") or home / "conf") / "spark-defaults.conf"
     return not (defaults.is_file() and re.search(r"^\s*spark\.driver\.extraClassPath\b", defaults.read_text(),
                                                  re.MULTILINE))
 

@@ -41,6 +41,16 @@ def _column(name: str, data_type: str, key: bool) -> dict[str, str]:
             "data_type": data_type}
 
 
+def twenty_rows(sandbox: Sandbox, unique_name: str) -> tuple[SyntheticChannel, dict[str, str]]:
+    """A channel whose history creates shop.t (id int key, v int) with rows 1..20 (v = 10 * id), and the
+    format("gate") options that read it."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    channel.write([[("shop", "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("v", "int", False)]}),
+                    *[("shop", "t", "INSERT", {"NEW": [{"id": str(i)}, {"v": str(10 * i)}]}) for i in range(1, 21)]]])
+    return channel, {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+
+
 def delta_rs_rows(path: Path, version: int | None = None) -> list[dict[str, Any]]:
     """A table's rows read with delta-rs as the docs say (DeltaTable.scan(), which applies deletion vectors)."""
     return pa.table(deltalake.DeltaTable(str(path), version=version).scan()).to_pylist()
@@ -51,12 +61,8 @@ def test_image_tables_have_deletion_vectors_whatever_the_defaults(dv_off_by_defa
     """A MERGE marks the changed keys' rows deleted (a deletion vector) instead of copying their file; delta-rs
     reads the table with scan() and refuses it in to_pyarrow_table (never a wrong value); the state has no
     deletion vectors, so every delta-rs path reads it."""
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
-    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
-    channel.write([[("shop", "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("v", "int", False)]}),
-                    *[("shop", "t", "INSERT", {"NEW": [{"id": str(i)}, {"v": str(10 * i)}]}) for i in range(1, 21)]]])
+    channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
-    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
     materialise_channel(dv_off_by_default, source, str(out))
     channel.write([[("shop", "t", "UPDATE", {"NEW": [{"id": "1"}, {"v": "11"}], "OLD": [{"id": "1"}, {"v": "10"}]}),
                     ("shop", "t", "DELETE", {"OLD": [{"id": "2"}, {"v": "20"}]}),
@@ -87,12 +93,8 @@ def test_a_table_made_without_deletion_vectors_gets_them_at_its_next_update(
         spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A table an older gate made (no deletion vectors; Delta sets table properties only when it creates a
     table) has them turned on by the next update, whose MERGE then marks rows instead of copying files."""
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
-    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
-    channel.write([[("shop", "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("v", "int", False)]}),
-                    *[("shop", "t", "INSERT", {"NEW": [{"id": str(i)}, {"v": str(10 * i)}]}) for i in range(1, 21)]]])
+    channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
-    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
     with monkeypatch.context() as older:  # the image as an older gate wrote it
         older.setattr(spark_readers.image, "image_table_options", lambda deletion_vectors=True: image_table_options(False))
         materialise_channel(spark, source, str(out))

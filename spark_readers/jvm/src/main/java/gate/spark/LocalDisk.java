@@ -83,34 +83,33 @@ public final class LocalDisk {
     /** RawLocalFileSystem with in-process permissions and link statuses. */
     static final class Raw extends RawLocalFileSystem {
         private static final PosixFilePermission[] BITS = PosixFilePermission.values(); // OWNER_READ first: bit 8
+        private static final int TYPE = 0170000; // the file type bits of a mode
+        private static final int DIRECTORY = 0040000;
         private static final int SETID = 06000; // setuid and setgid
 
         @Override
         public void setPermission(Path p, FsPermission permission) throws IOException {
-            java.nio.file.Path file = pathToFile(p).toPath();
-            if (permission.getStickyBit() || (Files.isDirectory(file) && (mode(file) & SETID) != 0)) {
-                super.setPermission(p, permission); // chmod keeps a directory's setuid and setgid bits; chmod(2) not
+            if (permission.getStickyBit()) {
+                super.setPermission(p, permission);
                 return;
             }
-            int mode = permission.toShort();
-            Set<PosixFilePermission> set = EnumSet.noneOf(PosixFilePermission.class);
-            for (int i = 0; i < BITS.length; i++) {
-                if ((mode & (1 << (BITS.length - 1 - i))) != 0) {
-                    set.add(BITS[i]);
-                }
-            }
+            java.nio.file.Path file = pathToFile(p).toPath();
             try {
+                int current = (Integer) Files.getAttribute(file, "unix:mode");
+                if ((current & TYPE) == DIRECTORY && (current & SETID) != 0) {
+                    super.setPermission(p, permission); // chmod keeps a directory's setuid and setgid; chmod(2) not
+                    return;
+                }
+                int mode = permission.toShort();
+                Set<PosixFilePermission> set = EnumSet.noneOf(PosixFilePermission.class);
+                for (int i = 0; i < BITS.length; i++) {
+                    if ((mode & (1 << (BITS.length - 1 - i))) != 0) {
+                        set.add(BITS[i]);
+                    }
+                }
                 Files.setPosixFilePermissions(file, set);
             } catch (NoSuchFileException e) {
                 throw new FileNotFoundException("File " + p + " does not exist");
-            }
-        }
-
-        private static int mode(java.nio.file.Path file) throws IOException {
-            try {
-                return (Integer) Files.getAttribute(file, "unix:mode");
-            } catch (NoSuchFileException e) {
-                throw new FileNotFoundException("File " + file + " does not exist");
             }
         }
 
