@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -41,6 +40,7 @@ from gate.common.config import check_identifier
 from gate.common.errors import MaterialiseError
 from spark_readers.delta import image_table_options
 from spark_readers.load import OutputDir
+from spark_readers.session import session_conf
 
 log = logging.getLogger(__name__)
 
@@ -101,16 +101,9 @@ class Commit:
                 **image_table_options(deletion_vectors)}
 
 
-@contextmanager
-def committing(spark: SparkSession, commit: Commit) -> Iterator[None]:
+def committing(spark: SparkSession, commit: Commit) -> AbstractContextManager[None]:
     """Delta DML (MERGE) in the block is an idempotent write of ``commit``."""
-    for key, value in zip(_TXN, (commit.app_id, str(commit.watermark[0]), commit.metadata)):
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in _TXN:
-            spark.conf.unset(key)
+    return session_conf(spark, dict(zip(_TXN, (commit.app_id, str(commit.watermark[0]), commit.metadata))))
 
 
 def committed(spark: SparkSession, url: str, commit: Commit, before: int | None = None) -> tuple[int, int]:

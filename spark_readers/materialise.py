@@ -62,7 +62,7 @@ from spark_readers.image import Commit, Image, ImageStore, TableImage, committed
 from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
 from spark_readers.load import OutputDir, read_cursor, read_increments
 from spark_readers.rows import ROW_OPTYPES
-from spark_readers.session import spark_job
+from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf, spark_job
 from spark_readers.source import Channel, settings
 from spark_readers.timeline import TableLife, backward, forward, keyed, timeline
 from spark_readers.typed import channel_typing
@@ -203,13 +203,22 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
         return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
     generation = before.generation + (start is None) if before is not None else 0
     commit = Commit(f"gate-image:{generation}", through, channel)
-    history = rows_after(watermark).filter(F.col("id") > watermark).persist()
-    try:
-        image = _apply(spark, store, commit, history, start, keys, typing)
-    finally:
-        history.unpersist()
-    image.generation = generation
-    store.publish(image, commit)
+    # An image's Delta logs are small: each replay (at a MERGE, an overwrite, a commit) is faster in one task than in
+    # one per core (spark_readers.session.SNAPSHOT_PARTITIONS). The rows after an image's watermark are few: their
+    # shuffles (the changed keys, the MERGE's joins) go to one partition per core, not 200 (on local[2], a MERGE
+    # took 14.6 s against 47.9 s; the changed keys of the 1,000,000-row benchmark's update 0.3 s against 0.9 s).
+    # A rebuild keeps the session's partitions.
+    settings = {SNAPSHOT_PARTITIONS: "1"}
+    if start is not None:
+        settings["spark.sql.shuffle.partitions"] = str(spark.sparkContext.defaultParallelism)
+    with session_conf(spark, settings):
+        history = rows_after(watermark).filter(F.col("id") > watermark).persist()
+        try:
+            image = _apply(spark, store, commit, history, start, keys, typing)
+        finally:
+            history.unpersist()
+        image.generation = generation
+        store.publish(image, commit)
     return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))
 
 
@@ -219,17 +228,10 @@ def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame
     matched = functools.reduce(Column.__and__, [F.col(f"t.`{c}`").eqNullSafe(F.col(f"s.{key_column(i)}"))
                                                 for i, c in enumerate(stored.key or sorted(stored.columns))])
     values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in stored.columns}
-    # The MERGE's joins shuffle into one partition per core, not 200: 3x faster for a small change
-    # (measured: 14.6 s against 47.9 s on local[2]), as the rewrites coalesce to one per core too.
-    partitions = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
-    try:
-        with committing(spark, commit):
-            (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"), matched)
-             .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
-             .whenNotMatchedInsert(condition=F.col("s.alive"), values=values).execute())
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    with committing(spark, commit):
+        (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"), matched)
+         .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
+         .whenNotMatchedInsert(condition=F.col("s.alive"), values=values).execute())
 
 
 def _folder(table: TableLife, taken: set[str]) -> str:
