@@ -207,10 +207,12 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     # one per core (spark_readers.session.SNAPSHOT_PARTITIONS). The rows after an image's watermark are few: their
     # shuffles (the changed keys, the MERGE's joins) go to one partition per core, not 200 (on local[2], a MERGE
     # took 14.6 s against 47.9 s; the changed keys of the 1,000,000-row benchmark's update 0.3 s against 0.9 s).
-    # A rebuild keeps the session's partitions.
+    # Adaptive execution, which would coalesce those partitions, then only adds a job per query stage: off. A rebuild
+    # keeps the session's settings.
     settings = {SNAPSHOT_PARTITIONS: "1"}
     if start is not None:
-        settings["spark.sql.shuffle.partitions"] = str(spark.sparkContext.defaultParallelism)
+        settings.update({"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
+                         "spark.sql.adaptive.enabled": "false"})
     with session_conf(spark, settings):
         history = rows_after(watermark).filter(F.col("id") > watermark).persist()
         try:
