@@ -71,6 +71,7 @@ from spark_readers.typed_rows import TypedTable, Typing
 log = logging.getLogger(__name__)
 
 BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
+SMALL_UPDATE = 1_000_000  # rows after the watermark per core up to which an update shuffles in one partition per core
 
 
 @dataclass(frozen=True)
@@ -204,16 +205,16 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     generation = before.generation + (start is None) if before is not None else 0
     commit = Commit(f"gate-image:{generation}", through, channel)
     # An image's Delta logs are small: each replay (at a MERGE, an overwrite, a commit) is faster in one task than in
-    # one per core (spark_readers.session.SNAPSHOT_PARTITIONS). The rows after an image's watermark are few: their
-    # shuffles (the changed keys, the MERGE's joins) go to one partition per core, not 200 (on local[2], a MERGE
-    # took 14.6 s against 47.9 s; the changed keys of the 1,000,000-row benchmark's update 0.3 s against 0.9 s).
-    # Adaptive execution, which would coalesce those partitions, then only adds a job per query stage: off. A rebuild
-    # keeps the session's settings.
-    settings = {SNAPSHOT_PARTITIONS: "1"}
-    if start is not None:
-        settings.update({"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
-                         "spark.sql.adaptive.enabled": "false"})
-    with session_conf(spark, settings):
+    # one per core (an update of the 200,000-row benchmark image on local[2]: 3.45 s against 4.21 s, median of 4).
+    # An update of few rows (SMALL_UPDATE per core) shuffles them in one partition per core, not 200 (a MERGE took
+    # 14.6 s against 47.9 s; reducing the 1,000,000-row benchmark's 10,000 new rows to their keys 0.3 s against
+    # 0.9 s), without adaptive execution, which then has nothing to coalesce and only adds a job per query stage
+    # (4.16 s against 4.75 s, median of 5). A rebuild or a larger update keeps the session's shuffle settings.
+    conf = {SNAPSHOT_PARTITIONS: "1"}
+    if start is not None and through[0] - watermark <= SMALL_UPDATE * spark.sparkContext.defaultParallelism:
+        conf.update({"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
+                     "spark.sql.adaptive.enabled": "false"})
+    with session_conf(spark, conf):
         history = rows_after(watermark).filter(F.col("id") > watermark).persist()
         try:
             image = _apply(spark, store, commit, history, start, keys, typing)

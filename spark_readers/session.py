@@ -135,11 +135,12 @@ def _user_sets(pattern: str) -> bool:
 @contextmanager
 def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """The block runs with ``settings`` in the session's runtime conf; after it each key has its value back
-    (or none again)."""
+    (or none again). The settings are the session's, not the thread's: blocks that run at the same time on one
+    session from several threads would give each other's values back."""
     before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
     try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         yield
     finally:
         for key, old in before.items():

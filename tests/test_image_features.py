@@ -22,6 +22,7 @@ from gate.devtools.synthetic import SyntheticChannel
 from spark_readers.delta import image_table_options
 from spark_readers.image import STATE
 from spark_readers.materialise import materialise_channel
+from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf
 from tests.replay import make_channel
 
 DEFAULT_DV = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
@@ -30,11 +31,8 @@ DEFAULT_DV = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 @pytest.fixture
 def dv_off_by_default(spark: SparkSession) -> Iterator[SparkSession]:
     """The session as a cluster that gives new Delta tables no deletion vectors."""
-    spark.conf.set(DEFAULT_DV, "false")
-    try:
+    with session_conf(spark, {DEFAULT_DV: "false"}):
         yield spark
-    finally:
-        spark.conf.unset(DEFAULT_DV)
 
 
 def _column(name: str, data_type: str, key: bool) -> dict[str, str]:
@@ -145,11 +143,14 @@ def test_the_next_update_reuses_the_code_spark_generated_for_the_last(spark: Spa
                                                                       unique_name: str, tmp_path: Path) -> None:
     """Spark keeps the classes it generated for an update (spark_readers.session.CODEGEN_CACHE): the next
     update of the same shape compiles only the few whose code holds its own values, such as the filter
-    ``id > watermark`` (10 when written). With Spark's default room for 100 classes it compiled 136 again."""
+    ``id > watermark`` (10 when written). With Spark's default room for 100 classes it compiled 136 again. The
+    session has its settings back after each update."""
     channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
     materialise_channel(spark, source, str(out))
     compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()  # type: ignore[union-attr]
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", SNAPSHOT_PARTITIONS)
+    settings = [spark.conf.get(key, None) for key in keys]
     compiled = []
     for i in (1, 2):
         channel.write([[("shop", "t", "UPDATE", {"NEW": [{"id": str(i)}, {"v": str(i)}],
@@ -161,6 +162,7 @@ def test_the_next_update_reuses_the_code_spark_generated_for_the_last(spark: Spa
 
     assert deltalake.DeltaTable(str(out / "shop" / "t")).history(1)[0]["operation"] == "MERGE"
     assert compiled[1] <= 20
+    assert [spark.conf.get(key, None) for key in keys] == settings  # the update's own settings are gone
     assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == [
         {"id": 1, "v": 1, "_invalid": None}, {"id": 2, "v": 2, "_invalid": None},
         *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)],

@@ -13,20 +13,16 @@ KEY = "spark.gate.test.setting"
 
 
 def test_session_conf_gives_each_setting_its_value_back(spark: SparkSession) -> None:
-    spark.conf.set("spark.sql.shuffle.partitions", "3")
-    try:
-        with pytest.raises(RuntimeError), session_conf(spark, {"spark.sql.shuffle.partitions": "7", KEY: "on"}):
-            assert (spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get(KEY)) == ("7", "on")
-            raise RuntimeError("the block fails")
-        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
-        assert spark.conf.get(KEY, None) is None
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", "2")  # the session fixture's
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    with pytest.raises(RuntimeError), session_conf(spark, {"spark.sql.shuffle.partitions": "7", KEY: "on"}):
+        assert (spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get(KEY)) == ("7", "on")
+        raise RuntimeError("the block fails")
+    assert spark.conf.get("spark.sql.shuffle.partitions") == partitions
+    assert spark.conf.get(KEY, None) is None
 
 
 def test_a_session_gate_starts_keeps_a_thousand_generated_classes(spark: SparkSession) -> None:
-    assert CODEGEN_CACHE == ("spark.sql.codegen.cache.maxEntries", "1000")
-    assert spark.conf.get(CODEGEN_CACHE[0]) == "1000"
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == CODEGEN_CACHE[1] == "1000"
 
 
 @pytest.mark.parametrize(("submit_args", "defaults", "found"), [
