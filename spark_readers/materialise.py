@@ -215,11 +215,12 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
         conf.update({"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
                      "spark.sql.adaptive.enabled": "false"})
     with session_conf(spark, conf):
-        history = rows_after(watermark).filter(F.col("id") > watermark).persist()
-        try:
-            image = _apply(spark, store, commit, history, start, keys, typing)
-        finally:
-            history.unpersist()
+        with store.warmed():  # the state's snapshot is read while the tables are written
+            history = rows_after(watermark).filter(F.col("id") > watermark).persist()
+            try:
+                image = _apply(spark, store, commit, history, start, keys, typing)
+            finally:
+                history.unpersist()
         image.generation = generation
         store.publish(image, commit)
     return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))

@@ -1,10 +1,11 @@
 """Delta features of a table image: deletion vectors (whatever the session's defaults) read by delta-rs's
 scan(), the state readable by every delta-rs path, a MERGE matching keys of mixed types, and updates that
-reuse the code Spark generated for the last one."""
+reuse the code Spark generated for the last one and read the state ahead of its commit."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -20,7 +21,7 @@ from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
 from spark_readers.delta import image_table_options
-from spark_readers.image import STATE
+from spark_readers.image import STATE, ImageStore
 from spark_readers.materialise import materialise_channel
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf
 from tests.replay import make_channel
@@ -167,3 +168,29 @@ def test_the_next_update_reuses_the_code_spark_generated_for_the_last(spark: Spa
         {"id": 1, "v": 1, "_invalid": None}, {"id": 2, "v": 2, "_invalid": None},
         *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)],
         {"id": 21, "v": 1, "_invalid": None}, {"id": 22, "v": 2, "_invalid": None}]
+
+
+def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                         tmp_path: Path) -> None:
+    """ImageStore.warmed reads the state's Delta snapshot in a thread whose Spark jobs belong to the caller's
+    job group (cancelling the group, as a stopped stream does, cancels them too), and starts nothing for a
+    directory without state."""
+    _, source = twenty_rows(sandbox, unique_name)
+    materialise_channel(spark, source, str(tmp_path / "image"))
+    context = spark.sparkContext
+    groups = {"empty": f"{unique_name}-empty", "image": f"{unique_name}-image"}
+    try:
+        for name, group in groups.items():
+            context.setJobGroup(group, "reading the state ahead")
+            with ImageStore(spark, str(tmp_path / name)).warmed():
+                pass
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+
+    tracker = context.statusTracker()
+    assert tracker.getJobIdsForGroup(groups["empty"]) == []
+    jobs = tracker.getJobIdsForGroup(groups["image"])
+    assert jobs and {tracker.getJobInfo(job).status for job in jobs} == {"SUCCEEDED"}  # type: ignore[union-attr]
+    assert not [t for t in threading.enumerate() if t.name == "gate-image-state"]
+    assert not (tmp_path / "empty").exists()
