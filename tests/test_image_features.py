@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -172,8 +173,8 @@ def test_the_next_update_reuses_the_code_spark_generated_for_the_last(spark: Spa
 
 def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, sandbox: Sandbox, unique_name: str,
                                                          tmp_path: Path) -> None:
-    """ImageStore.warmed reads the state's Delta snapshot in a thread whose Spark jobs belong to the caller's
-    job group (cancelling the group, as a stopped stream does, cancels them too), and starts nothing for a
+    """ImageStore.warmed reads the state's Delta snapshot in a thread whose Spark jobs have the caller's job
+    group (cancelling the group, as a stopped stream does, cancels those running), and starts nothing for a
     directory without state."""
     _, source = twenty_rows(sandbox, unique_name)
     materialise_channel(spark, source, str(tmp_path / "image"))
@@ -189,8 +190,13 @@ def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, s
         context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
     tracker = context.statusTracker()
-    assert tracker.getJobIdsForGroup(groups["empty"]) == []
-    jobs = tracker.getJobIdsForGroup(groups["image"])
+    deadline = time.monotonic() + 30  # the tracker learns of jobs from Spark's listener bus, a little later
+    while time.monotonic() < deadline:
+        jobs = tracker.getJobIdsForGroup(groups["image"])
+        if jobs and {tracker.getJobInfo(job).status for job in jobs} == {"SUCCEEDED"}:  # type: ignore[union-attr]
+            break
+        time.sleep(0.1)
     assert jobs and {tracker.getJobInfo(job).status for job in jobs} == {"SUCCEEDED"}  # type: ignore[union-attr]
+    assert tracker.getJobIdsForGroup(groups["empty"]) == []
     assert not [t for t in threading.enumerate() if t.name == "gate-image-state"]
     assert not (tmp_path / "empty").exists()
