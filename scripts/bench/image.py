@@ -4,13 +4,15 @@
     .venv/bin/python scripts/bench/image.py --rows 200000   # smaller
 
 Writes the synthetic history of scripts/bench/spark_source.py (one table of 6 columns; transactions of
-10 rows: 70 % inserts, 20 % updates, 10 % deletes) into a channel, builds the image (not timed),
-writes ``--new`` (1 %) more rows, updates a copy of the image once to warm up (the rebuild's code ran in the
-first build), then times ``image_incremental`` (the update: a MERGE of the changed
-keys) against ``image_full`` (a rebuild from the whole history into a new directory), median of
-``--repeat`` runs each (each incremental run on a fresh copy of the image before the new rows). Prints
-rows/s, seconds, the driver tree's CPU seconds and peak RSS, the speed-up, and checks both images hold
-the same rows.
+10 rows: 70 % inserts, 20 % updates, 10 % deletes) into a channel, builds the image (not timed), writes
+``--new`` (1 %) more rows, then warms up: ``--warm-ups`` (1) updates of copies of the image and one
+rebuild less (the first build ran the rebuild's code), none timed, so that the JIT has compiled both
+paths. Then times ``image_incremental`` (the update: a MERGE of the changed keys) against
+``image_full`` (a rebuild from the whole history into a new directory), median of ``--repeat`` runs
+each (each incremental run on a fresh copy of the image before the new rows). Prints rows/s, seconds,
+the driver tree's CPU seconds and peak RSS, the speed-up, and checks both images hold the same rows.
+
+    .venv/bin/python scripts/bench/image.py --warm-ups 3 --repeat 5   # nearer a long-running stream's steady state
 """
 
 from __future__ import annotations
@@ -49,8 +51,11 @@ def compare(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu
     new = int(args.rows * args.new)
     history.write(new)
     everything = history.channel.id
-    shutil.copytree(tmp / "before", tmp / "warm")  # a warm-up update (not timed): the JIT compiles the MERGE's code
-    materialise_channel(spark, options, str(tmp / "warm"))
+    for warm in range(args.warm_ups):  # not timed: the JIT compiles the MERGE's code (the first build ran the rebuild's)
+        shutil.copytree(tmp / "before", tmp / f"warm{warm}")
+        materialise_channel(spark, options, str(tmp / f"warm{warm}"))
+        if warm:  # the rebuild gets as many untimed runs as the update
+            materialise_channel(spark, options, str(tmp / f"warm_full{warm}"))
     runs: dict[str, list[dict[str, Any]]] = {"image_incremental": [], "image_full": []}
     for attempt in range(args.repeat):
         shutil.copytree(tmp / "before", tmp / f"inc{attempt}")
@@ -61,7 +66,7 @@ def compare(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu
     tree.halt.set()
     spark.stop()
     median = {name: statistics.median(r["seconds"] for r in results) for name, results in runs.items()}
-    return {"runs": runs, "median_seconds": median,
+    return {"warm_ups": args.warm_ups, "runs": runs, "median_seconds": median,
             "incremental_rows_per_s": round(new / median["image_incremental"]),
             "speedup": round(median["image_full"] / median["image_incremental"], 1),
             "same_rows": same["inc0"] == same["full0"], "live_rows": len(same["full0"]),
@@ -73,6 +78,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of history")
     parser.add_argument("--new", type=float, default=0.01, help="new rows for the update, share of --rows")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement (the median is reported)")
+    parser.add_argument("--warm-ups", type=int, default=1,
+                        help="untimed runs of each path before the measured ones (the first build is the rebuild's first)")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--json", help="write the figures to this file too")
     args = parser.parse_args()
