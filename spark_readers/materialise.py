@@ -210,10 +210,9 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     # 14.6 s against 47.9 s; reducing the 1,000,000-row benchmark's 10,000 new rows to their keys 0.3 s against
     # 0.9 s), without adaptive execution, which then has nothing to coalesce and only adds a job per query stage
     # (4.16 s against 4.75 s, median of 5). A rebuild or a larger update keeps the session's shuffle settings.
-    conf = {SNAPSHOT_PARTITIONS: "1"}
-    if start is not None and through[0] - watermark <= SMALL_UPDATE * spark.sparkContext.defaultParallelism:
-        conf.update({"spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
-                     "spark.sql.adaptive.enabled": "false"})
+    conf, cores = {SNAPSHOT_PARTITIONS: "1"}, spark.sparkContext.defaultParallelism
+    if start is not None and through[0] - watermark <= SMALL_UPDATE * cores:
+        conf.update({"spark.sql.shuffle.partitions": str(cores), "spark.sql.adaptive.enabled": "false"})
     with session_conf(spark, conf):
         with store.warmed():  # the state's snapshot is read while the tables are written
             history = rows_after(watermark).filter(F.col("id") > watermark).persist()
