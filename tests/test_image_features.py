@@ -21,7 +21,7 @@ import spark_readers.image
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
-from spark_readers.delta import image_table_options
+from spark_readers.delta import CRC_CHECK_ON_NON_UTC, image_table_options
 from spark_readers.image import STATE, ImageStore
 from spark_readers.materialise import materialise_channel
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf
@@ -151,7 +151,7 @@ def test_the_next_update_reuses_the_code_spark_generated_for_the_last(spark: Spa
     out = tmp_path / "image"
     materialise_channel(spark, source, str(out))
     compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()  # type: ignore[union-attr]
-    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", SNAPSHOT_PARTITIONS)
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", SNAPSHOT_PARTITIONS, CRC_CHECK_ON_NON_UTC)
     settings = [spark.conf.get(key, None) for key in keys]
     compiled = []
     for i in (1, 2):
@@ -200,3 +200,26 @@ def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, s
     assert tracker.getJobIdsForGroup(groups["empty"]) == []
     assert not [t for t in threading.enumerate() if t.name == "gate-image-state"]
     assert not (tmp_path / "empty").exists()
+
+
+def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commit(spark: SparkSession, sandbox: Sandbox,
+                                                                                   unique_name: str, tmp_path: Path) -> None:
+    """When the session's (or the JVM's) time zone is not UTC, Delta checks the file list in each commit's checksum
+    by replaying the table's log after the commit. An update's commits skip that check (spark_readers.delta.
+    CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after the commit, and the rows are the same."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    channel.write([[("shop", "t", "UPDATE", {"NEW": [{"id": "1"}, {"v": "1"}], "OLD": [{"id": "1"}, {"v": "10"}]}),
+                    ("shop", "t", "DELETE", {"OLD": [{"id": "2"}, {"v": "20"}]})]])
+    with session_conf(spark, {"spark.sql.session.timeZone": "Asia/Shanghai"}):
+        materialise_channel(spark, source, str(out))
+
+    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
+    rebuilt = {name: delta_log.forTable(spark._jsparkSession, str(out / name)).unsafeVolatileSnapshot()
+               .stateReconstructionTriggered() for name in ("shop/t", STATE)}
+    assert rebuilt == {"shop/t": False, STATE: False}
+    assert deltalake.DeltaTable(str(out / "shop" / "t")).history(1)[0]["operation"] == "MERGE"
+    assert spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 1, "_invalid": None}, *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)]]
