@@ -72,6 +72,10 @@ log = logging.getLogger(__name__)
 
 BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
 SMALL_UPDATE = 1_000_000  # rows after the watermark per core up to which an update shuffles in one partition per core
+# Rows of the DC's history per partition of materialise_channel's read, at most (more partitions than the source's
+# ``partitions`` when needed): the rows are cached for the update, and a rebuild of a 3,000,000-row history read in 2
+# or 4 partitions ran out of the driver's default 1 GB heap in local mode.
+HISTORY_PARTITION_ROWS = 250_000
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         [(t.key, i, *e.name, max(e.lo, t.floor), e.hi, e.pk) for t in live for i, e in enumerate(t.epochs)
          if max(e.lo, t.floor) < e.hi], _SEGMENTS)
     rows = history.filter(F.col("optype").isin(*ROW_OPTYPES))
-    latest = _latest_per_key(rows, segments).coalesce(spark.sparkContext.defaultParallelism).persist()
+    latest = _latest_per_key(rows, segments).persist()
     @functools.cache
     def stats() -> dict[int, Row]:
         """Per table touched: its changed keys (``touched``) and its last row's epoch and columns (``last``);
@@ -347,18 +351,19 @@ def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: 
                         keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
     """Bring the image in ``out_path`` up to the channel's checkpoint, reading the rows after its watermark
     from the DC with ``format("gate")`` (``options``: the source's connection options)."""
-    login = settings(options).login
-    with Channel(login) as dc:
+    given = settings(options)
+    with Channel(given.login) as dc:
         end = dc.checkpoint()
         through = (end, dc.tid(end))
-        typing = channel_typing(dc.conn, login)
-    source = {k: v for k, v in options.items() if k.lower() not in ("startingid", "endingid")}
+        typing = channel_typing(dc.conn, given.login)
+    source = {k: v for k, v in options.items() if k.lower() not in ("startingid", "endingid", "partitions")}
 
     def rows_after(after: int) -> DataFrame:
+        partitions = max(given.partitions, -(-(end - after) // HISTORY_PARTITION_ROWS))
         return (spark.read.format("gate").options(**source).option("startingId", after + 1)
-                .option("endingId", end).load())
+                .option("endingId", end).option("partitions", partitions).load())
 
-    return update_image(spark, out_path, rows_after, through, login.channel, keys, full, typing=typing)
+    return update_image(spark, out_path, rows_after, through, given.login.channel, keys, full, typing=typing)
 
 
 class ImageUpdater:

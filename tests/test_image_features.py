@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import spark_readers.image
+import spark_readers.materialise
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
@@ -223,3 +224,26 @@ def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commi
     assert spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None
     assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == [
         {"id": 1, "v": 1, "_invalid": None}, *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)]]
+
+
+def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """materialise_channel reads the history in partitions of at most HISTORY_PARTITION_ROWS rows (more than the
+    source's ``partitions`` when needed: the rows are cached, and a rebuild of 3,000,000 rows in 2 or 4 partitions
+    ran out of local mode's default heap); the rows after a watermark in as many as they need."""
+    _, source = twenty_rows(sandbox, unique_name)  # 21 rows: the CREATE TABLE and 20 inserts
+    monkeypatch.setattr(spark_readers.materialise, "HISTORY_PARTITION_ROWS", 5)
+    reads: dict[int, list[int]] = {}
+    update_image = spark_readers.materialise.update_image
+
+    def recorded(spark: SparkSession, out_path: str, rows_after: Any, *args: Any, **kwargs: Any) -> Any:
+        for after in (0, 18):
+            history = rows_after(after)
+            reads[after] = [history.rdd.getNumPartitions(), history.count()]
+        return update_image(spark, out_path, rows_after, *args, **kwargs)
+
+    monkeypatch.setattr(spark_readers.materialise, "update_image", recorded)
+    materialise_channel(spark, {**source, "partitions": "2"}, str(tmp_path / "image"))
+
+    assert reads == {0: [5, 21], 18: [2, 3]}
+    assert spark.read.format("delta").load(str(tmp_path / "image" / "shop" / "t")).count() == 20
