@@ -230,7 +230,8 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """materialise_channel reads the history in partitions of at most HISTORY_PARTITION_ROWS rows (more than the
     source's ``partitions`` when needed: the rows are cached, and a rebuild of 3,000,000 rows in 2 or 4 partitions
-    ran out of local mode's default heap); the rows after a watermark in as many as they need."""
+    ran out of local mode's default heap); the rows after a watermark in as many as they need. The keys' last
+    changes are cached, and the table written, in as many partitions."""
     _, source = twenty_rows(sandbox, unique_name)  # 21 rows: the CREATE TABLE and 20 inserts
     monkeypatch.setattr(spark_readers.materialise, "HISTORY_PARTITION_ROWS", 5)
     reads: dict[int, list[int]] = {}
@@ -243,7 +244,10 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
         return update_image(spark, out_path, rows_after, *args, **kwargs)
 
     monkeypatch.setattr(spark_readers.materialise, "update_image", recorded)
-    materialise_channel(spark, {**source, "partitions": "2"}, str(tmp_path / "image"))
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "200"}):  # Spark's default
+        materialise_channel(spark, {**source, "partitions": "2"}, str(tmp_path / "image"))
 
     assert reads == {0: [5, 21], 18: [2, 3]}
-    assert spark.read.format("delta").load(str(tmp_path / "image" / "shop" / "t")).count() == 20
+    table = deltalake.DeltaTable(str(tmp_path / "image" / "shop" / "t"))
+    assert len(table.file_uris()) == 5  # the keys' last changes in as many partitions, not the shuffle's 200
+    assert sorted(r["id"] for r in delta_rs_rows(tmp_path / "image" / "shop" / "t")) == list(range(1, 21))
