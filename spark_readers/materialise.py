@@ -72,13 +72,14 @@ log = logging.getLogger(__name__)
 
 BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
 SMALL_UPDATE = 1_000_000  # rows after the watermark per core up to which an update shuffles in one partition per core
-# Rows per partition, at most, of what an update caches: materialise_channel's read of the history (more partitions
-# than the source's ``partitions`` when needed) and each key's last change (one partition per core, or more). A
-# rebuild of a 3,000,000-row history on local[2] ran out of the driver's default 1 GB heap with the history in 2 or 4
-# partitions, or the keys in 2; in 12 of each it took 72.5 s. The keys are not left in the shuffle's 200 partitions:
-# the rebuild then writes 200 files (1,000,000 rows: 24.7 s against 15.8 s, median of 2). A rebuild of 1,000,000 rows
-# in 4 partitions took what it took in 2 (14.5 s against 14.4 s, median of 3).
-HISTORY_PARTITION_ROWS = 250_000
+# Rows per partition, at most, of what an update caches (:func:`_partitions`): materialise_channel's read of the history
+# (in more partitions than the source's ``partitions`` when needed) and each changed key's last change (one partition
+# per core at least, whatever the session's shuffle settings). A rebuild of a 3,000,000-row history on local[2] ran
+# out of the driver's default 1 GB heap with the history in 2 or 4 partitions, or the keys in 2; in 12 of each it
+# took 72.5 s. Nor are the keys left in Spark's 200 shuffle partitions: the rebuild then writes 200 files (1,000,000
+# rows: 24.7 s against 15.8 s, median of 2). A rebuild of 1,000,000 rows with the history and the keys in 4
+# partitions each (4 files) took what it took with 2 (14.5 s against 14.4 s, median of 3).
+PARTITION_ROWS = 250_000
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,14 @@ def _identity(image: Column) -> Column:
     return F.transform(columns, lambda c: F.element_at(image, c))
 
 
-def _latest_per_key(rows: DataFrame, segments: DataFrame) -> DataFrame:
-    """Per (table, key): the last event (id, epoch, alive, image, columns) for each key a row touched."""
+def _partitions(rows: int, least: int) -> int:
+    """Partitions for ``rows`` rows: one per :data:`PARTITION_ROWS`, ``least`` at least."""
+    return max(least, -(-rows // PARTITION_ROWS))
+
+
+def _latest_per_key(rows: DataFrame, segments: DataFrame, partitions: int) -> DataFrame:
+    """Per (table, key), in ``partitions`` partitions: the last event (id, epoch, alive, image, columns) for each key
+    a row touched."""
     matched = rows.join(F.broadcast(segments), (rows.dbname == segments.seg_db) & (rows.tablename == segments.seg_table)
                         & (rows.id > segments.lo) & (rows.id < segments.hi))
     image = F.when(F.col("optype") == "DELETE", F.col("old")).otherwise(F.col("new"))
@@ -111,8 +118,9 @@ def _latest_per_key(rows: DataFrame, segments: DataFrame) -> DataFrame:
     moved = (F.col("optype") == "UPDATE") & (old_key != key)
     events = matched.select("table", "epoch", "id", "columns",
                             F.explode(F.when(moved, F.array(event, gone)).otherwise(F.array(event))).alias("e"))
-    last = F.max_by(F.struct("id", "epoch", "e.alive", "e.image", "columns"), "id")
-    return events.groupBy("table", "e.key").agg(last.alias("last")).select("table", "key", "last.*")
+    events = events.select("table", "epoch", "id", "columns", "e.*").repartition(partitions, "table", "key")
+    last = F.max_by(F.struct("id", "epoch", "alive", "image", "columns"), "id")
+    return events.groupBy("table", "key").agg(last.alias("last")).select("table", "key", "last.*")
 
 
 def _column(names: list[dict[str, str]], defaults: dict[str, str | None], column: str) -> Column:
@@ -216,21 +224,29 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     # An update of few rows (SMALL_UPDATE per core) shuffles them in one partition per core, not 200 (a MERGE took
     # 14.6 s against 47.9 s; reducing the 1,000,000-row benchmark's 10,000 new rows to their keys 0.3 s against
     # 0.9 s), without adaptive execution, which then has nothing to coalesce and only adds a job per query stage
-    # (4.16 s against 4.75 s, median of 5). A rebuild or a larger update keeps the session's shuffle settings.
+    # (4.16 s against 4.75 s, median of 5); past PARTITION_ROWS per core, in one partition per PARTITION_ROWS. A
+    # rebuild or a larger update keeps the session's shuffle settings.
     # Outside UTC, commits skip Delta's check of their checksum's file list (spark_readers.delta.CRC_CHECK_ON_NON_UTC).
     conf, cores = {SNAPSHOT_PARTITIONS: "1"}, spark.sparkContext.defaultParallelism
     if spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None:
         conf[CRC_CHECK_ON_NON_UTC] = "false"
     if start is not None and through[0] - watermark <= SMALL_UPDATE * cores:
-        conf.update({"spark.sql.shuffle.partitions": str(cores), "spark.sql.adaptive.enabled": "false"})
+        conf.update({"spark.sql.shuffle.partitions": str(_partitions(through[0] - watermark, cores)),
+                     "spark.sql.adaptive.enabled": "false"})
     with session_conf(spark, conf):
         with store.warmed():  # the state's snapshot is read while the tables are written
-            history = rows_after(watermark).filter(F.col("id") > watermark).persist()
+            rows = rows_after(watermark)
+            cached = rows.is_cached  # ImageUpdater's micro-batch is: the rows are not cached twice
+            history = rows.filter(F.col("id") > watermark)
+            history = history if cached else history.persist()
             try:
-                image = _apply(spark, store, commit, history, start, keys, typing,
-                               max(cores, -(-(through[0] - watermark) // HISTORY_PARTITION_ROWS)))
+                # An update's rows follow its watermark; a build's may start well after id 0 (a stream's first
+                # micro-batch), so they are counted (the count fills the cache the build reads next).
+                count = through[0] - watermark if start is not None else history.count()
+                image = _apply(spark, store, commit, history, start, keys, typing, _partitions(count, cores))
             finally:
-                history.unpersist()
+                if not cached:
+                    history.unpersist()
         image.generation = generation
         store.publish(image, commit)
     return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))
@@ -261,7 +277,7 @@ def _folder(table: TableLife, taken: set[str]) -> str:
 def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: DataFrame, start: Image | None,
            keys: dict[str, list[str]], typing: Typing | None, partitions: int) -> Image:
     """Commit the tables the history changes, each as one Delta commit of ``commit``; the image that names
-    them. The keys' last changes are cached in (at most) ``partitions`` partitions."""
+    them. The keys' last changes are cached in ``partitions`` partitions."""
     skipped: dict[str, str] = {}
     tables_of = timeline(history, start)
     live = keyed(tables_of, keys, skipped)
@@ -269,7 +285,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         [(t.key, i, *e.name, max(e.lo, t.floor), e.hi, e.pk) for t in live for i, e in enumerate(t.epochs)
          if max(e.lo, t.floor) < e.hi], _SEGMENTS)
     rows = history.filter(F.col("optype").isin(*ROW_OPTYPES))
-    latest = _latest_per_key(rows, segments).coalesce(partitions).persist()
+    latest = _latest_per_key(rows, segments, partitions).persist()
     @functools.cache
     def stats() -> dict[int, Row]:
         """Per table touched: its changed keys (``touched``) and its last row's epoch and columns (``last``);
@@ -354,7 +370,8 @@ def materialise(spark: SparkSession, increments: str, out_path: str, channel: st
 def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: str,
                         keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
     """Bring the image in ``out_path`` up to the channel's checkpoint, reading the rows after its watermark
-    from the DC with ``format("gate")`` (``options``: the source's connection options)."""
+    from the DC with ``format("gate")`` (``options``: the source's options; the read has their ``partitions`` at
+    least, more when the rows need them: at most :data:`PARTITION_ROWS` rows per partition)."""
     given = settings(options)
     with Channel(given.login) as dc:
         end = dc.checkpoint()
@@ -363,7 +380,7 @@ def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: 
     source = {k: v for k, v in options.items() if k.lower() not in ("startingid", "endingid", "partitions")}
 
     def rows_after(after: int) -> DataFrame:
-        partitions = max(given.partitions, -(-(end - after) // HISTORY_PARTITION_ROWS))
+        partitions = _partitions(end - after, given.partitions)
         return (spark.read.format("gate").options(**source).option("startingId", after + 1)
                 .option("endingId", end).option("partitions", partitions).load())
 

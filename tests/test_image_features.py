@@ -24,7 +24,7 @@ from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, image_table_options
 from spark_readers.image import STATE, ImageStore
-from spark_readers.materialise import materialise_channel
+from spark_readers.materialise import ImageUpdater, materialise_channel
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf
 from tests.replay import make_channel
 
@@ -207,7 +207,8 @@ def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commi
                                                                                    unique_name: str, tmp_path: Path) -> None:
     """When the session's (or the JVM's) time zone is not UTC, Delta checks the file list in each commit's checksum
     by replaying the table's log after the commit. An update's commits skip that check (spark_readers.delta.
-    CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after the commit, and the rows are the same."""
+    CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after the commit, and the rows are the same.
+    A session that sets the check keeps it."""
     channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
     materialise_channel(spark, source, str(out))
@@ -222,18 +223,25 @@ def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commi
     assert rebuilt == {"shop/t": False, STATE: False}
     assert deltalake.DeltaTable(str(out / "shop" / "t")).history(1)[0]["operation"] == "MERGE"
     assert spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None
+
+    channel.write([[("shop", "t", "DELETE", {"OLD": [{"id": "3"}, {"v": "30"}]})]])
+    with session_conf(spark, {"spark.sql.session.timeZone": "Asia/Shanghai", CRC_CHECK_ON_NON_UTC: "true"}):
+        materialise_channel(spark, source, str(out))  # the session's own setting is kept: Delta checks
+    assert delta_log.forTable(spark._jsparkSession, str(out / "shop" / "t")).unsafeVolatileSnapshot() \
+        .stateReconstructionTriggered()
     assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == [
-        {"id": 1, "v": 1, "_invalid": None}, *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)]]
+        {"id": 1, "v": 1, "_invalid": None}, *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(4, 21)]]
 
 
 def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, sandbox: Sandbox, unique_name: str,
                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """materialise_channel reads the history in partitions of at most HISTORY_PARTITION_ROWS rows (more than the
+    """materialise_channel reads the history in partitions of at most PARTITION_ROWS rows (more than the
     source's ``partitions`` when needed: the rows are cached, and a rebuild of 3,000,000 rows in 2 or 4 partitions
     ran out of local mode's default heap); the rows after a watermark in as many as they need. The keys' last
-    changes are cached, and the table written, in as many partitions."""
+    changes are cached, and the table written, in as many partitions (one per core at least): for a build from
+    a stream's first micro-batch, as many as its rows need, not its last id."""
     _, source = twenty_rows(sandbox, unique_name)  # 21 rows: the CREATE TABLE and 20 inserts
-    monkeypatch.setattr(spark_readers.materialise, "HISTORY_PARTITION_ROWS", 5)
+    monkeypatch.setattr(spark_readers.materialise, "PARTITION_ROWS", 5)
     reads: dict[int, list[int]] = {}
     update_image = spark_readers.materialise.update_image
 
@@ -251,3 +259,8 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
     table = deltalake.DeltaTable(str(tmp_path / "image" / "shop" / "t"))
     assert len(table.file_uris()) == 5  # the keys' last changes in as many partitions, not the shuffle's 200
     assert sorted(r["id"] for r in delta_rs_rows(tmp_path / "image" / "shop" / "t")) == list(range(1, 21))
+
+    batch = spark.read.format("gate").options(**source, startingId="15").load().persist()  # rows 15..21: 7
+    ImageUpdater(str(tmp_path / "from_15"), unique_name, keys={"shop.t": ["id"]})(batch, 0)
+    assert len(deltalake.DeltaTable(str(tmp_path / "from_15" / "shop" / "t")).file_uris()) == 2  # not 21 / 5
+    assert sorted(int(r["id"]) for r in delta_rs_rows(tmp_path / "from_15" / "shop" / "t")) == list(range(14, 21))
