@@ -71,7 +71,7 @@ from spark_readers.typed_rows import TypedTable, Typing
 log = logging.getLogger(__name__)
 
 BROADCAST_KEYS = 1_000_000  # changed keys of a table up to which the stored rows are filtered by a broadcast join
-SMALL_UPDATE = 1_000_000  # rows after the watermark per core up to which an update shuffles in one partition per core
+SMALL_UPDATE = 1_000_000  # rows after the watermark per core up to which an update shuffles in _partitions() partitions
 # Rows per partition, at most, of what an update caches (:func:`_partitions`): materialise_channel's read of the history
 # (in more partitions than the source's ``partitions`` when needed) and each changed key's last change (one partition
 # per core at least, whatever the session's shuffle settings). A rebuild of a 3,000,000-row history on local[2] ran

@@ -239,7 +239,7 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
     source's ``partitions`` when needed: the rows are cached, and a rebuild of 3,000,000 rows in 2 or 4 partitions
     ran out of local mode's default heap); the rows after a watermark in as many as they need. The keys' last
     changes are cached, and the table written, in as many partitions (one per core at least): for a build from
-    a stream's first micro-batch, as many as its rows need, not its last id."""
+    a stream's first micro-batch, as many as its rows need, not its last id; its rows are cached once."""
     _, source = twenty_rows(sandbox, unique_name)  # 21 rows: the CREATE TABLE and 20 inserts
     monkeypatch.setattr(spark_readers.materialise, "PARTITION_ROWS", 5)
     reads: dict[int, list[int]] = {}
@@ -251,8 +251,8 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
             reads[after] = [history.rdd.getNumPartitions(), history.count()]
         return update_image(spark, out_path, rows_after, *args, **kwargs)
 
-    monkeypatch.setattr(spark_readers.materialise, "update_image", recorded)
-    with session_conf(spark, {"spark.sql.shuffle.partitions": "200"}):  # Spark's default
+    with monkeypatch.context() as patch, session_conf(spark, {"spark.sql.shuffle.partitions": "200"}):  # Spark's default
+        patch.setattr(spark_readers.materialise, "update_image", recorded)
         materialise_channel(spark, {**source, "partitions": "2"}, str(tmp_path / "image"))
 
     assert reads == {0: [5, 21], 18: [2, 3]}
@@ -260,7 +260,17 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
     assert len(table.file_uris()) == 5  # the keys' last changes in as many partitions, not the shuffle's 200
     assert sorted(r["id"] for r in delta_rs_rows(tmp_path / "image" / "shop" / "t")) == list(range(1, 21))
 
+    cached: list[int] = []
+    apply = spark_readers.materialise._apply
+
+    def counted(*args: Any) -> Any:
+        cached.append(spark.sparkContext._jsc.getPersistentRDDs().size())  # type: ignore[union-attr]
+        return apply(*args)
+
+    monkeypatch.setattr(spark_readers.materialise, "_apply", counted)
+    before = spark.sparkContext._jsc.getPersistentRDDs().size()  # type: ignore[union-attr]
     batch = spark.read.format("gate").options(**source, startingId="15").load().persist()  # rows 15..21: 7
     ImageUpdater(str(tmp_path / "from_15"), unique_name, keys={"shop.t": ["id"]})(batch, 0)
+    assert cached == [before + 1]  # the micro-batch, not a second copy of it
     assert len(deltalake.DeltaTable(str(tmp_path / "from_15" / "shop" / "t")).file_uris()) == 2  # not 21 / 5
     assert sorted(int(r["id"]) for r in delta_rs_rows(tmp_path / "from_15" / "shop" / "t")) == list(range(14, 21))
