@@ -264,8 +264,9 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
     apply = spark_readers.materialise._apply
 
     def counted(*args: Any) -> Any:
+        image = apply(*args)  # it has read the rows: a cache of them exists now
         cached.append(spark.sparkContext._jsc.getPersistentRDDs().size())  # type: ignore[union-attr]
-        return apply(*args)
+        return image
 
     monkeypatch.setattr(spark_readers.materialise, "_apply", counted)
     before = spark.sparkContext._jsc.getPersistentRDDs().size()  # type: ignore[union-attr]
