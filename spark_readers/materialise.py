@@ -76,9 +76,10 @@ SMALL_UPDATE = 1_000_000  # rows after the watermark per core up to which an upd
 # (in more partitions than the source's ``partitions`` when needed) and each changed key's last change (one partition
 # per core at least, whatever the session's shuffle settings). A rebuild of a 3,000,000-row history on local[2] ran
 # out of the driver's default 1 GB heap with the history in 2 or 4 partitions, or the keys in 2; in 12 of each it
-# took 43.4 s (scripts/bench/image.py, median of 3). Nor are the keys left in Spark's 200 shuffle partitions: the rebuild then writes 200 files (1,000,000
-# rows: 24.7 s against 15.8 s, median of 2). A rebuild of 1,000,000 rows with the history and the keys in 4
-# partitions each (4 files) took what it took with 2 (14.5 s against 14.4 s, median of 3).
+# took 43.4 s (scripts/bench/image.py, median of 3). Nor are the keys left in Spark's 200 shuffle partitions: the
+# rebuild then writes 200 files (1,000,000 rows: 24.7 s against 15.8 s, median of 2). A rebuild of 1,000,000 rows
+# with the history and the keys in 4 partitions each (4 files) took what it took with 2 (14.5 s against 14.4 s,
+# median of 3).
 PARTITION_ROWS = 250_000
 
 
