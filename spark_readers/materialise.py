@@ -227,12 +227,13 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     # 0.9 s), without adaptive execution, which then has nothing to coalesce and only adds a job per query stage
     # (4.16 s against 4.75 s, median of 5); past PARTITION_ROWS per core, in one partition per PARTITION_ROWS. A
     # rebuild or a larger update keeps the session's shuffle settings.
-    # Outside UTC, commits skip Delta's check of their checksum's file list (spark_readers.delta.CRC_CHECK_ON_NON_UTC).
-    conf, cores = {SNAPSHOT_PARTITIONS: "1"}, spark.sparkContext.defaultParallelism
+    # Outside UTC, commits check their checksum's file list at checkpoints only, as in UTC
+    # (spark_readers.delta.CRC_CHECK_ON_NON_UTC).
+    conf, cores, new = {SNAPSHOT_PARTITIONS: "1"}, spark.sparkContext.defaultParallelism, through[0] - watermark
     if spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None:
         conf[CRC_CHECK_ON_NON_UTC] = "false"
-    if start is not None and through[0] - watermark <= SMALL_UPDATE * cores:
-        conf.update({"spark.sql.shuffle.partitions": str(_partitions(through[0] - watermark, cores)),
+    if start is not None and new <= SMALL_UPDATE * cores:
+        conf.update({"spark.sql.shuffle.partitions": str(_partitions(new, cores)),
                      "spark.sql.adaptive.enabled": "false"})
     with session_conf(spark, conf):
         with store.warmed():  # the state's snapshot is read while the tables are written
@@ -243,7 +244,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
             try:
                 # An update's rows follow its watermark; a build's may start well after id 0 (a stream's first
                 # micro-batch), so they are counted (the count fills the cache the build reads next).
-                count = through[0] - watermark if start is not None else history.count()
+                count = new if start is not None else history.count()
                 image = _apply(spark, store, commit, history, start, keys, typing, _partitions(count, cores))
             finally:
                 if not cached:

@@ -1,6 +1,7 @@
 """Delta features of a table image: deletion vectors (whatever the session's defaults) read by delta-rs's
 scan(), the state readable by every delta-rs path, a MERGE matching keys of mixed types, and updates that
-reuse the code Spark generated for the last one and read the state ahead of its commit."""
+reuse the code Spark generated for the last one, read the state ahead of its commit, commit outside UTC as
+in UTC, and cache their rows in partitions of bounded size."""
 
 from __future__ import annotations
 
@@ -206,8 +207,9 @@ def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, s
 def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commit(spark: SparkSession, sandbox: Sandbox,
                                                                                    unique_name: str, tmp_path: Path) -> None:
     """When the session's (or the JVM's) time zone is not UTC, Delta checks the file list in each commit's checksum
-    by replaying the table's log after the commit. An update's commits skip that check (spark_readers.delta.
-    CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after the commit, and the rows are the same.
+    by replaying the table's log after the commit (in UTC only at checkpoints). An update's commits check at
+    checkpoints only (spark_readers.delta.CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after
+    the commit, and the rows are the same.
     A session that sets the check keeps it."""
     channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
