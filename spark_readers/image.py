@@ -34,12 +34,15 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import deltalake
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 
 from gate.common.config import check_identifier
 from gate.common.errors import MaterialiseError
+from spark_readers import driver_commits
 from spark_readers.delta import image_table_options
 from spark_readers.load import OutputDir
 from spark_readers.session import session_conf
@@ -111,12 +114,15 @@ def committing(spark: SparkSession, commit: Commit) -> AbstractContextManager[No
 def committed(spark: SparkSession, url: str, commit: Commit, before: int | None = None) -> tuple[int, int]:
     """The latest version of the Delta table at ``url``, just written by ``commit``, and its rows: from that
     commit's metrics (an overwrite's output rows; a MERGE's inserted and deleted rows, with ``before`` the
-    rows it started from), counted only when the latest commit is not ``commit``'s (a write that made none)."""
+    rows it started from, by Spark's names or delta-rs's), counted only when the latest commit is not
+    ``commit``'s (a write that made none)."""
     last = DeltaTable.forPath(spark, url).history(1).collect()[0]
     version, metrics = int(last["version"]), last["operationMetrics"] or {}
     if last["userMetadata"] == commit.metadata:
-        if last["operation"] == "MERGE" and before is not None:
-            return version, before + int(metrics["numTargetRowsInserted"]) - int(metrics["numTargetRowsDeleted"])
+        inserted = metrics.get("numTargetRowsInserted", metrics.get("num_target_rows_inserted"))
+        deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
+        if last["operation"] == "MERGE" and before is not None and inserted is not None and deleted is not None:
+            return version, before + int(inserted) - int(deleted)
         if last["operation"] == "WRITE" and "numOutputRows" in metrics:
             return version, int(metrics["numOutputRows"])
     return version, spark.read.format("delta").option("versionAsOf", version).load(url).count()
@@ -131,6 +137,12 @@ class ImageStore:
 
     def url(self, relative: str) -> str:
         return str(self.out.child(relative).toString())
+
+    def local_path(self, relative: str) -> str | None:
+        """The folder ``relative`` as a path of the driver's file system; None when the image is not on it."""
+        if self.out.fs.getUri().getScheme() != "file":
+            return None
+        return str(self.out.fs.makeQualified(self.out.child(relative)).toUri().getPath())
 
     def _has_state(self) -> bool:
         return self.out.exists(f"{STATE}/_delta_log")
@@ -148,9 +160,14 @@ class ImageStore:
 
     def _latest(self) -> Image:
         """The state's image, from its last commit's ``userMetadata`` (no Spark job: the table's log is not
-        replayed) when the commit carries it, else from its row."""
-        last = DeltaTable.forPath(self.spark, self.url(STATE)).history(1).select("userMetadata").collect()[0]
-        carried = json.loads(last["userMetadata"] or "{}").get("image")
+        replayed; on the local file system, read by delta-rs in the driver) when the commit carries it, else
+        from its row."""
+        local = self.local_path(STATE)
+        if local is not None:
+            metadata = deltalake.DeltaTable(local).history(1)[0].get("userMetadata")
+        else:
+            metadata = DeltaTable.forPath(self.spark, self.url(STATE)).history(1).collect()[0]["userMetadata"]
+        carried = json.loads(metadata or "{}").get("image")
         return Image.from_json(carried) if carried else self.read(self.spark.read.format("delta").load(self.url(STATE)))
 
     @staticmethod
@@ -184,8 +201,8 @@ class ImageStore:
         group, as a stopped stream does, cancels those running). Nothing is started for a directory without
         state. Measured in one session on the 1,000,000-row benchmark image (local[2], 1 % new rows, 5
         interleaved pairs): publish took 0.20-0.45 s against 0.56-0.72 s, the update 3.24 s against 3.51 s
-        (median)."""
-        if not self._has_state():
+        (median). Nor for a state on the local file system, which the driver commits (:meth:`publish`)."""
+        if not self._has_state() or self.local_path(STATE) is not None:
             yield
             return
         thread = InheritableThread(target=self._read_snapshot, session=self.spark, name="gate-image-state",
@@ -204,11 +221,17 @@ class ImageStore:
 
     def publish(self, image: Image, commit: Commit) -> None:
         """Make ``image`` current: one commit of the state (skipped when made already), whose ``userMetadata``
-        carries the image too (for :meth:`current`)."""
-        frame = self.spark.createDataFrame([(json.dumps(image.as_json()),)], "image string")
-        options = commit.writer_options(deletion_vectors=False)
-        options["userMetadata"] = json.dumps({**json.loads(commit.metadata), "image": image.as_json()})
-        frame.write.format("delta").mode("overwrite").options(**options).save(self.url(STATE))
+        carries the image too (for :meth:`current`); made by the driver (spark_readers.driver_commits) when
+        the state exists on the local file system and delta-rs writes its table features."""
+        row = json.dumps(image.as_json())
+        metadata = json.dumps({**json.loads(commit.metadata), "image": image.as_json()})
+        local = self.local_path(STATE) if self._has_state() else None
+        if local is not None and driver_commits.overwrite(local, pa.table({"image": [row]}), commit.app_id,
+                                                          commit.watermark[0], metadata):
+            return
+        options = {**commit.writer_options(deletion_vectors=False), "userMetadata": metadata}
+        self.spark.createDataFrame([(row,)], "image string").write.format("delta").mode("overwrite").options(
+            **options).save(self.url(STATE))
 
 
 def _tables(spark: SparkSession, store: ImageStore, image: Image) -> dict[str, DataFrame]:

@@ -57,7 +57,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
+from spark_readers import driver_commits
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
+from spark_readers.driver_commits import DRIVER_MERGE_ROWS
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
 from spark_readers.load import OutputDir, read_cursor, read_increments
@@ -245,7 +247,8 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
                 # An update's rows follow its watermark; a build's may start well after id 0 (a stream's first
                 # micro-batch), so they are counted (the count fills the cache the build reads next).
                 count = new if start is not None else history.count()
-                image = _apply(spark, store, commit, history, start, keys, typing, _partitions(count, cores))
+                image = _apply(spark, store, commit, history, start, keys, typing, _partitions(count, cores),
+                               start is not None and new <= DRIVER_MERGE_ROWS)
             finally:
                 if not cached:
                     history.unpersist()
@@ -277,9 +280,10 @@ def _folder(table: TableLife, taken: set[str]) -> str:
 
 
 def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: DataFrame, start: Image | None,
-           keys: dict[str, list[str]], typing: Typing | None, partitions: int) -> Image:
+           keys: dict[str, list[str]], typing: Typing | None, partitions: int, driver: bool) -> Image:
     """Commit the tables the history changes, each as one Delta commit of ``commit``; the image that names
-    them. The keys' last changes are cached in ``partitions`` partitions."""
+    them. The keys' last changes are cached in ``partitions`` partitions. With ``driver``, a MERGE into a table
+    on the local file system is made by the driver (spark_readers.driver_commits) when the table is small enough."""
     skipped: dict[str, str] = {}
     tables_of = timeline(history, start)
     live = keyed(tables_of, keys, skipped)
@@ -322,11 +326,16 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
             continue  # no row and no column changed (perhaps renamed): the stored version stays the image
         key = pk or sorted(final)
         if carried and same and len(table.epochs) == 1:  # only rows changed: MERGE them
-            url = store.url(carried.path)
-            with_deletion_vectors(spark, url)
-            _merge(spark, url, replace(carried, columns=[*final, INVALID], key=key) if typed else carried,
-                   _changes(latest, table, names, defaults, final, typed, key), commit)
-            version, count = committed(spark, url, commit, carried.rows)
+            url, local = store.url(carried.path), store.local_path(carried.path) if driver else None
+            changes = _changes(latest, table, names, defaults, final, typed, key)
+            made = (driver_commits.merge(local, key, changes, commit.app_id, commit.watermark[0], commit.metadata,
+                                         carried.rows) if local is not None else None)
+            if made is None:
+                with_deletion_vectors(spark, url)
+                _merge(spark, url, replace(carried, columns=[*final, INVALID], key=key) if typed else carried,
+                       changes, commit)
+                made = committed(spark, url, commit, carried.rows)
+            version, count = made
             tables[table.name] = TableImage(carried.path, final, pk, count, table.complete, table.snapshot, version,
                                             types)
             continue

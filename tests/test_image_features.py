@@ -39,6 +39,13 @@ def dv_off_by_default(spark: SparkSession) -> Iterator[SparkSession]:
         yield spark
 
 
+@pytest.fixture
+def spark_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commit of an image made by Spark, as for an image on HDFS or an object store (on the local file
+    system, the driver makes a small update's commits: spark_readers.driver_commits)."""
+    monkeypatch.setattr(ImageStore, "local_path", lambda self, relative: None)
+
+
 def _column(name: str, data_type: str, key: bool) -> dict[str, str]:
     return {"field_name": name, "nullable": "No" if key else "Yes", "primary_key": "Yes" if key else "No",
             "data_type": data_type}
@@ -60,8 +67,9 @@ def delta_rs_rows(path: Path, version: int | None = None) -> list[dict[str, Any]
 
 
 def test_image_tables_have_deletion_vectors_whatever_the_defaults(dv_off_by_default: SparkSession, sandbox: Sandbox,
-                                                                  unique_name: str, tmp_path: Path) -> None:
-    """A MERGE marks the changed keys' rows deleted (a deletion vector) instead of copying their file; delta-rs
+                                                                  unique_name: str, tmp_path: Path,
+                                                                  spark_commits: None) -> None:
+    """Spark's MERGE marks the changed keys' rows deleted (a deletion vector) instead of copying their file; delta-rs
     reads the table with scan() and refuses it in to_pyarrow_table (never a wrong value); the state has no
     deletion vectors, so every delta-rs path reads it."""
     channel, source = twenty_rows(sandbox, unique_name)
@@ -93,9 +101,10 @@ def test_image_tables_have_deletion_vectors_whatever_the_defaults(dv_off_by_defa
 
 
 def test_a_table_made_without_deletion_vectors_gets_them_at_its_next_update(
-        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        spark_commits: None) -> None:
     """A table an older gate made (no deletion vectors; Delta sets table properties only when it creates a
-    table) has them turned on by the next update, whose MERGE then marks rows instead of copying files."""
+    table) has them turned on by the next update, whose MERGE by Spark then marks rows instead of copying files."""
     channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
     with monkeypatch.context() as older:  # the image as an older gate wrote it
@@ -174,10 +183,10 @@ def test_the_next_update_reuses_the_code_spark_generated_for_the_last(spark: Spa
 
 
 def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, sandbox: Sandbox, unique_name: str,
-                                                         tmp_path: Path) -> None:
-    """ImageStore.warmed reads the state's Delta snapshot in a thread whose Spark jobs have the caller's job
-    group (cancelling the group, as a stopped stream does, cancels those running), and starts nothing for a
-    directory without state."""
+                                                         tmp_path: Path, spark_commits: None) -> None:
+    """ImageStore.warmed reads the state's Delta snapshot (for Spark's commit of the state) in a thread whose Spark
+    jobs have the caller's job group (cancelling the group, as a stopped stream does, cancels those running), and
+    starts nothing for a directory without state."""
     _, source = twenty_rows(sandbox, unique_name)
     materialise_channel(spark, source, str(tmp_path / "image"))
     context = spark.sparkContext
@@ -205,9 +214,10 @@ def test_the_state_is_read_ahead_in_the_callers_job_group(spark: SparkSession, s
 
 
 def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commit(spark: SparkSession, sandbox: Sandbox,
-                                                                                   unique_name: str, tmp_path: Path) -> None:
+                                                                                   unique_name: str, tmp_path: Path,
+                                                                                   spark_commits: None) -> None:
     """When the session's (or the JVM's) time zone is not UTC, Delta checks the file list in each commit's checksum
-    by replaying the table's log after the commit (in UTC only at checkpoints). An update's commits check at
+    by replaying the table's log after the commit (in UTC only at checkpoints). An update's commits by Spark check at
     checkpoints only (spark_readers.delta.CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after
     the commit, and the rows are the same.
     A session that sets the check keeps it."""

@@ -1,0 +1,167 @@
+"""A small update of an image on the local file system, committed by the driver with delta-rs
+(spark_readers.driver_commits): the commits carry what Spark's would (rows, idempotent-write id and version,
+userMetadata), a commit made before a kill is skipped when the update runs again, odd column names are matched,
+and past the bounds Spark MERGEs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+import spark_readers.driver_commits
+import spark_readers.materialise
+from gate.common.dc import connect
+from gate.devtools.sandbox import Sandbox
+from gate.devtools.synthetic import SyntheticChannel
+from spark_readers.image import STATE, ImageStore, read_image
+from spark_readers.materialise import materialise_channel
+from spark_readers.session import session_conf
+from tests.replay import make_channel
+from tests.test_image_features import delta_rs_rows, twenty_rows
+from tests.test_images import state
+
+CHANGES = [("shop", "t", "UPDATE", {"NEW": [{"id": "1"}, {"v": "11"}], "OLD": [{"id": "1"}, {"v": "10"}]}),
+           ("shop", "t", "DELETE", {"OLD": [{"id": "2"}, {"v": "20"}]}),
+           ("shop", "t", "INSERT", {"NEW": [{"id": "30"}, {"v": "300"}]})]
+AFTER = [{"id": 1, "v": 11, "_invalid": None}, *[{"id": i, "v": 10 * i, "_invalid": None} for i in range(3, 21)],
+         {"id": 30, "v": 300, "_invalid": None}]
+
+
+def last_commit(path: Path) -> dict[str, object]:
+    return deltalake.DeltaTable(str(path)).history(1)[0]
+
+
+def engines(path: Path, commits: int = 1) -> list[str]:
+    """Who made the table's last ``commits`` commits: delta-rs or Apache-Spark."""
+    return [re.split("[:/]", str(h["engineInfo"]))[0] for h in deltalake.DeltaTable(str(path)).history(commits)]
+
+
+def test_a_small_update_is_committed_by_the_driver(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                   tmp_path: Path) -> None:
+    """The first build's commits are Spark's; the update's two (the table's MERGE, the state's overwrite) are
+    delta-rs's, each the idempotent write gate-image:0 at the watermark's id with the watermark as its
+    userMetadata (the state's with the image too), and Spark and delta-rs read the new rows."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    assert engines(out / "shop" / "t") == ["Apache-Spark"]
+    channel.write([CHANGES])
+    materialise_channel(spark, source, str(out))
+
+    image = state(out)
+    watermark = {"channel": unique_name, "watermark": image["watermark"]}
+    table, commit = deltalake.DeltaTable(str(out / "shop" / "t")), last_commit(out / "shop" / "t")
+    assert (commit["operation"], engines(out / "shop" / "t")) == ("MERGE", ["delta-rs"])
+    assert json.loads(str(commit["userMetadata"])) == watermark
+    assert table.transaction_version("gate-image:0") == image["watermark"]["id"]
+    assert (image["tables"]["shop.t"]["version"], image["tables"]["shop.t"]["rows"]) == (table.version(), 20) == (1, 20)
+    commit = last_commit(out / STATE)
+    assert (commit["operation"], engines(out / STATE)) == ("WRITE", ["delta-rs"])
+    assert json.loads(str(commit["userMetadata"])) == {**watermark, "image": image}
+    assert deltalake.DeltaTable(str(out / STATE)).transaction_version("gate-image:0") == image["watermark"]["id"]
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == AFTER
+    assert sorted((r.asDict() for r in read_image(spark, str(out))["shop.t"].collect()), key=lambda r: r["id"]) == AFTER
+
+
+class Killed(Exception):
+    """The update dies here."""
+
+
+def test_an_update_killed_after_its_table_commit_skips_it_when_run_again(
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update that dies after the driver's MERGE and before the state's commit leaves the old image current;
+    run again, it finds the MERGE made (the table's idempotent write), makes no second one, and counts the
+    table's rows from the MERGE's metrics (delta-rs's names)."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    built = state(out)
+    channel.write([CHANGES])
+
+    def die(self: ImageStore, *args: object) -> None:
+        raise Killed()
+
+    with monkeypatch.context() as dying:
+        dying.setattr(ImageStore, "publish", die)
+        with pytest.raises(Killed):
+            materialise_channel(spark, source, str(out))
+    assert state(out) == built
+    assert deltalake.DeltaTable(str(out / "shop" / "t")).version() == 1
+    materialise_channel(spark, source, str(out))
+
+    table = deltalake.DeltaTable(str(out / "shop" / "t"))
+    assert [h["operation"] for h in table.history()] == ["MERGE", "WRITE"]
+    assert (state(out)["tables"]["shop.t"]["version"], state(out)["tables"]["shop.t"]["rows"]) == (1, 20)
+    assert state(out)["watermark"]["id"] > built["watermark"]["id"]
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == AFTER
+
+
+def test_odd_column_names_are_matched_by_the_driver(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                    tmp_path: Path) -> None:
+    """A key whose name has a double quote and capitals, and a capitalised column, in the driver's MERGE."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    key, note = 'Order"Id', "Note"
+    create = ("shop", "o", "CREATETABLE", {"NEW": [
+        {"field_name": key, "nullable": "No", "primary_key": "Yes", "data_type": "int"},
+        {"field_name": note, "nullable": "Yes", "primary_key": "No", "data_type": "varchar(8)"}]})
+    channel.write([[create, *[("shop", "o", "INSERT", {"NEW": [{key: str(i)}, {note: f"n{i}"}]}) for i in (1, 2, 3)]]])
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    channel.write([[("shop", "o", "UPDATE", {"NEW": [{key: "1"}, {note: "new"}], "OLD": [{key: "1"}, {note: "n1"}]}),
+                    ("shop", "o", "DELETE", {"OLD": [{key: "2"}, {note: "n2"}]}),
+                    ("shop", "o", "INSERT", {"NEW": [{key: "4"}, {note: None}]})]])
+    materialise_channel(spark, source, str(out))
+
+    assert engines(out / "shop" / "o") == ["delta-rs"]
+    assert sorted(delta_rs_rows(out / "shop" / "o"), key=lambda r: r[key]) == [
+        {key: 1, note: "new", "_invalid": None}, {key: 3, note: "n3", "_invalid": None},
+        {key: 4, note: None, "_invalid": None}]
+
+
+def test_past_the_drivers_bounds_spark_merges(spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table larger than DRIVER_MERGE_BYTES, or an update of more than DRIVER_MERGE_ROWS new rows, gets
+    Spark's MERGE (deletion vectors, no copy of the table's files); the state is still the driver's commit."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    channel.write([CHANGES[:2]])
+    with monkeypatch.context() as small:
+        small.setattr(spark_readers.driver_commits, "DRIVER_MERGE_BYTES", 1)
+        materialise_channel(spark, source, str(out))
+    assert engines(out / "shop" / "t") == ["Apache-Spark"]
+    assert pa.table(deltalake.DeltaTable(str(out / "shop" / "t")).deletion_vectors()).num_rows >= 1
+    assert engines(out / STATE) == ["delta-rs"]
+
+    channel.write([CHANGES[2:], [("shop", "t", "DELETE", {"OLD": [{"id": "3"}, {"v": "30"}]})]])
+    with monkeypatch.context() as few:
+        few.setattr(spark_readers.materialise, "DRIVER_MERGE_ROWS", 1)
+        materialise_channel(spark, source, str(out))
+    assert engines(out / "shop" / "t", 2) == ["Apache-Spark", "Apache-Spark"]
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == [AFTER[0], *AFTER[2:]]
+    assert state(out)["tables"]["shop.t"]["rows"] == 19
+
+
+def test_tables_with_features_delta_rs_does_not_write_are_sparks(spark: SparkSession, sandbox: Sandbox,
+                                                                  unique_name: str, tmp_path: Path) -> None:
+    """A cluster whose defaults give new Delta tables row tracking (a feature delta-rs 1.6 refuses to commit
+    to): the update's MERGE and the state's commit are Spark's, and the rows are right."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    with session_conf(spark, {"spark.databricks.delta.properties.defaults.enableRowTracking": "true"}):
+        materialise_channel(spark, source, str(out))
+    assert "rowTracking" in (deltalake.DeltaTable(str(out / STATE)).protocol().writer_features or [])
+    channel.write([CHANGES])
+    materialise_channel(spark, source, str(out))
+
+    assert (engines(out / "shop" / "t"), engines(out / STATE)) == (["Apache-Spark"], ["Apache-Spark"])
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == AFTER
+    assert state(out)["tables"]["shop.t"]["rows"] == 20
