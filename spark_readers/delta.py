@@ -29,8 +29,9 @@ SETTINGS = {
 }
 
 # The table properties of an image, whatever the cluster's defaults (spark.databricks.delta.properties.defaults.*).
-# Deletion vectors on: a MERGE of a few keys spread over every file marks their rows deleted instead of copying
-# each file (the 1,000,000-row benchmark's MERGE took 3.9 s against 10.8 s copy-on-write). delta-rs 1.6 reads
+# Deletion vectors on: Spark's MERGE of a few keys spread over every file marks their rows deleted instead of copying
+# each file (the 1,000,000-row benchmark's MERGE took 3.9 s against 10.8 s copy-on-write; the driver's MERGE of a
+# small update, spark_readers.driver_commits, copies the files, which it keeps small). delta-rs 1.6 reads
 # such a table with DeltaTable.scan() and refuses it in to_pyarrow_table/to_pandas (DeltaProtocolError). Column
 # mapping and type widening stay off: delta-rs's to_pyarrow_table reads column-mapped columns as NULL without an
 # error, and it refuses type widening on every path. The state table has no deletion vectors, so every delta-rs

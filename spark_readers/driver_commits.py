@@ -4,19 +4,27 @@ An update of a few rows spends its time in Spark's fixed costs, not in its rows:
 runs some 14 small jobs and replays the table's log (about 2.5 s on local[2], whether 10 rows or 10,000), and
 the state's overwrite some more. When the image is on the driver's local file system (``file:``), an update of
 at most :data:`DRIVER_MERGE_ROWS` rows after the watermark brings each table's changed keys to the driver as
-Arrow (they were reduced to one row per key in Spark) and MERGEs them with delta-rs into each table of at most
-:data:`DRIVER_MERGE_BYTES`; the state's commit follows the same way. Anything else (a larger update or table,
-an image on HDFS or an object store, a table rewritten by DDL, a first build) goes through Spark.
+Arrow (they were reduced to one row per key in Spark) and MERGEs them with delta-rs into each table that
+:func:`merge` takes; the commit of an existing state (an update's or a rebuild's) is the driver's too
+(:func:`overwrite`). Everything else (a larger update, a table :func:`merge` leaves, an image on HDFS or an
+object store, a table rewritten by DDL, a first build) goes through Spark, as does any commit delta-rs fails
+to make: the error is logged and Spark's path makes the commit, or skips it if delta-rs made it.
 
 The commits are those Spark would make: the same idempotent-write application id and version (each Delta
 ``txn``), the same ``userMetadata``, the same rows. delta-rs does not skip a write its ``txn`` made already,
 so :func:`merge` and :func:`overwrite` check it first and hand a commit made already back to Spark's path
 (which skips it as always). delta-rs writes no deletion vectors: it copies each file that holds a changed key,
-without the changed rows (it honours the deletion vectors Spark wrote); a table's files are kept small enough
-(:data:`DRIVER_MERGE_BYTES`) for that copy to cost less than Spark's fixed costs.
+without the changed rows (it honours the deletion vectors Spark wrote), so a table's files are kept small
+(:data:`DRIVER_MERGE_BYTES`): the copy must cost less than Spark's fixed costs, and the files it replaces
+stay on disk for time travel until a VACUUM. A table is checkpointed every :data:`CHECKPOINT_INTERVAL`
+versions, as Spark does (delta-rs's own default is 100).
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,13 +33,22 @@ from pyspark.sql import DataFrame
 
 from spark_readers.image_types import key_column
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 # New rows (after the watermark) up to which an update MERGEs on the driver: their changed keys, one Arrow row
 # each, are held by the driver. 10,000 new rows of the benchmark's 6-column table are 7,000 keys, 1 MB.
 DRIVER_MERGE_ROWS = 200_000
-# A table's Parquet files up to which it is MERGEd on the driver. delta-rs copies every file holding a changed key:
-# on local[2], 1 % of 606,000 random keys into 9 MB of files took 0.17 s; 1 % of 6,000,000 (90 MB) 1.4 s, about
-# Spark's fixed cost of one MERGE.
-DRIVER_MERGE_BYTES = 128 << 20
+# A table's Parquet files up to which it is MERGEd on the driver. delta-rs copies every file holding a changed key
+# (with keys spread over the table, all of them): on local[2], 1 % of 606,000 random keys into 9 MB of files took
+# 0.17 s, 1 % of 2,000,000 (30 MB) 0.43 s, of 6,000,000 (90 MB) 1.4 s. The copies' old files stay until a VACUUM,
+# so this also bounds what an update adds to the disk: 32 MiB, against some 2.5 s of fixed cost for Spark's MERGE.
+DRIVER_MERGE_BYTES = 32 << 20
+# delta-rs 1.6 writes a decimal's min and max into a file's statistics as a double: a value of more digits than a
+# double holds exactly is rounded there (1234567890123456.78 as 1234567890123456.8), and Spark, skipping files by
+# those statistics, would miss rows of a filter on it. Tables with wider decimals are Spark's to write.
+EXACT_DIGITS = 15
+CHECKPOINT_INTERVAL = 10
 ALIVE = "alive"  # the changes' column that tells a live key (inserted or updated) from a deleted one
 # The table features of an image's tables, which delta-rs 1.6 writes. A table with any other (row tracking or
 # domain metadata that a cluster's defaults turn on, say: delta-rs refuses to commit to those) is Spark's to write.
@@ -51,10 +68,33 @@ def _writable(table: DeltaTable) -> bool:
     return set(protocol.writer_features or ()) <= WRITER_FEATURES
 
 
+def _exact_statistics(table: DeltaTable) -> bool:
+    """Whether delta-rs writes the statistics of every column exactly: no decimal wider than :data:`EXACT_DIGITS`."""
+    return not any(pa.types.is_decimal(f.type) and f.type.precision > EXACT_DIGITS
+                   for f in pa.schema(table.schema().to_arrow()))
+
+
 def _made(table: DeltaTable, app_id: str, version: int) -> bool:
     """Whether the table holds the idempotent write ``app_id`` at ``version`` (or a later one) already."""
     done = table.transaction_version(app_id)
     return done is not None and done >= version
+
+
+def _attempt(what: str, path: str, commit: Callable[[], T]) -> T | None:
+    """``commit()``, or None when delta-rs fails (Spark's path then makes the commit, or skips it if made)."""
+    try:
+        return commit()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # delta-rs's errors, and a panic of its Rust code (pyo3's PanicException)
+        log.warning("delta-rs failed to commit %s in %s, so Spark commits it: %s: %s", what, path,
+                    type(exc).__name__, exc)
+        return None
+
+
+def _checkpointed(table: DeltaTable) -> None:
+    if table.version() % CHECKPOINT_INTERVAL == 0:
+        table.create_checkpoint()
 
 
 def _properties(app_id: str, version: int, metadata: str) -> CommitProperties:
@@ -64,42 +104,51 @@ def _properties(app_id: str, version: int, metadata: str) -> CommitProperties:
 
 def _arrow(changes: DataFrame) -> pa.Table:
     """The changes as Arrow, timestamps in UTC (Spark gives them in the session's zone: the same instants)."""
-    table = pa.table(changes.toArrow())
+    table = changes.toArrow()
     fields = [f.with_type(pa.timestamp(f.type.unit, "UTC")) if pa.types.is_timestamp(f.type) and f.type.tz else f
               for f in table.schema]
     return table.cast(pa.schema(fields))
 
 
 def merge(path: str, key: list[str], changes: DataFrame, app_id: str, version: int, metadata: str,
-          rows: int) -> tuple[int, int] | None:
+          stored: tuple[int, int]) -> tuple[int, int] | None:
     """MERGE ``changes`` (the table's columns, the ``key`` columns' values as :func:`key_column` columns, and
-    :data:`ALIVE`) into the Delta table in the local folder ``path``, holding ``rows`` rows: a deleted key is
-    deleted, a live one updated or inserted; one commit, the idempotent write ``app_id`` at ``version`` with
-    ``metadata`` as its userMetadata. The table's new version and rows; None, with nothing written, when the
-    table is larger than :data:`DRIVER_MERGE_BYTES`, has features beyond :data:`WRITER_FEATURES` or holds the
-    write already."""
-    table = DeltaTable(path)
-    if (not _writable(table) or _made(table, app_id, version)
-            or (pc.sum(pa.table(table.get_add_actions())["size_bytes"]).as_py() or 0) > DRIVER_MERGE_BYTES):
-        return None
-    source = [key_column(i) for i in range(len(key))]
-    matched = " AND ".join(f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(k)})" for c, k in zip(key, source))
-    alive = f"s.{ALIVE}"
-    metrics = (table.merge(_arrow(changes), matched, source_alias="s", target_alias="t", streamed_exec=False,
-                           commit_properties=_properties(app_id, version, metadata))
-               .when_matched_delete(f"NOT {alive}")
-               .when_matched_update_all(alive, except_cols=[*source, ALIVE])
-               .when_not_matched_insert_all(alive, except_cols=[*source, ALIVE]).execute())
-    return table.version(), rows + metrics["num_target_rows_inserted"] - metrics["num_target_rows_deleted"]
+    :data:`ALIVE`) into the Delta table in the local folder ``path``, whose ``stored`` (version, rows) the
+    image holds: a deleted key is deleted, a live one updated or inserted; one commit, the idempotent write
+    ``app_id`` at ``version`` with ``metadata`` as its userMetadata. The table's new version and rows; None,
+    with nothing committed, when the table is not the stored version (a killed update committed to it: Spark's
+    path counts its rows), has features beyond :data:`WRITER_FEATURES` or decimals wider than
+    :data:`EXACT_DIGITS`, is larger than :data:`DRIVER_MERGE_BYTES`, or when delta-rs fails."""
+    def commit() -> tuple[int, int] | None:
+        table = DeltaTable(path)
+        if (table.version() != stored[0] or not _writable(table) or not _exact_statistics(table)
+                or (pc.sum(pa.table(table.get_add_actions())["size_bytes"]).as_py() or 0) > DRIVER_MERGE_BYTES):
+            return None
+        source = [key_column(i) for i in range(len(key))]
+        matched = " AND ".join(f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(k)})" for c, k in zip(key, source))
+        alive = f"s.{ALIVE}"
+        metrics = (table.merge(_arrow(changes), matched, source_alias="s", target_alias="t", streamed_exec=False,
+                               commit_properties=_properties(app_id, version, metadata))
+                   .when_matched_delete(f"NOT {alive}")
+                   .when_matched_update_all(alive, except_cols=[*source, ALIVE])
+                   .when_not_matched_insert_all(alive, except_cols=[*source, ALIVE]).execute())
+        _checkpointed(table)
+        return table.version(), stored[1] + metrics["num_target_rows_inserted"] - metrics["num_target_rows_deleted"]
+
+    return _attempt("a MERGE", path, commit)
 
 
 def overwrite(path: str, rows: pa.Table, app_id: str, version: int, metadata: str) -> bool:
     """Replace the rows of the Delta table in the local folder ``path`` with ``rows``: one commit, the idempotent
     write ``app_id`` at ``version``, skipped when the table holds that write already. False, with nothing
-    written, when the table has features beyond :data:`WRITER_FEATURES`."""
-    table = DeltaTable(path)
-    if not _writable(table):
-        return False
-    if not _made(table, app_id, version):
-        write_deltalake(table, rows, mode="overwrite", commit_properties=_properties(app_id, version, metadata))
-    return True
+    committed, when the table has features beyond :data:`WRITER_FEATURES` or delta-rs fails."""
+    def commit() -> bool:
+        table = DeltaTable(path)
+        if not _writable(table):
+            return False
+        if not _made(table, app_id, version):
+            write_deltalake(table, rows, mode="overwrite", commit_properties=_properties(app_id, version, metadata))
+            _checkpointed(table)
+        return True
+
+    return bool(_attempt("the state", path, commit))

@@ -18,7 +18,9 @@ Every commit of an update is an idempotent write of Delta: application id ``gate
 version I (the watermark's id), and the watermark as the commit's ``userMetadata`` (the state's commit
 also carries the image's JSON there: an update reads it from the log without a Spark job). An update killed
 at any point (kill -9) leaves the previous state current; the next one computes the same commits, and
-Delta skips those that were made already. A rebuild (``generation`` G+1) has its own application id.
+Delta skips those that were made already. A rebuild (``generation`` G+1) has its own application id. On
+the local file system, a small update's MERGEs and the state's commits are made by the driver with delta-rs
+(spark_readers.driver_commits): the same commits, and a write made already is skipped there too.
 
 Folders of tables that were dropped or renamed stay (older versions of the image read them), until
 the image is rebuilt into a new directory. An image of an older gate (Parquet behind
@@ -111,18 +113,20 @@ def committing(spark: SparkSession, commit: Commit) -> AbstractContextManager[No
     return session_conf(spark, dict(zip(_TXN, (commit.app_id, str(commit.watermark[0]), commit.metadata))))
 
 
-def committed(spark: SparkSession, url: str, commit: Commit, before: int | None = None) -> tuple[int, int]:
+def committed(spark: SparkSession, url: str, commit: Commit, before: tuple[int, int] | None = None
+              ) -> tuple[int, int]:
     """The latest version of the Delta table at ``url``, just written by ``commit``, and its rows: from that
-    commit's metrics (an overwrite's output rows; a MERGE's inserted and deleted rows, with ``before`` the
-    rows it started from, by Spark's names or delta-rs's), counted only when the latest commit is not
-    ``commit``'s (a write that made none)."""
+    commit's metrics (an overwrite's output rows; a MERGE's inserted and deleted rows, by Spark's names or
+    delta-rs's, when it is the next version after ``before``, the (version, rows) it started from), else
+    counted (a write that made no commit; a MERGE after another commit, such as a killed update's)."""
     last = DeltaTable.forPath(spark, url).history(1).collect()[0]
     version, metrics = int(last["version"]), last["operationMetrics"] or {}
     if last["userMetadata"] == commit.metadata:
         inserted = metrics.get("numTargetRowsInserted", metrics.get("num_target_rows_inserted"))
         deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
-        if last["operation"] == "MERGE" and before is not None and inserted is not None and deleted is not None:
-            return version, before + int(inserted) - int(deleted)
+        if (last["operation"] == "MERGE" and before is not None and version == before[0] + 1 and inserted is not None
+                and deleted is not None):
+            return version, before[1] + int(inserted) - int(deleted)
         if last["operation"] == "WRITE" and "numOutputRows" in metrics:
             return version, int(metrics["numOutputRows"])
     return version, spark.read.format("delta").option("versionAsOf", version).load(url).count()
@@ -139,10 +143,12 @@ class ImageStore:
         return str(self.out.child(relative).toString())
 
     def local_path(self, relative: str) -> str | None:
-        """The folder ``relative`` as a path of the driver's file system; None when the image is not on it."""
+        """The folder ``relative`` as a path of the driver's file system for delta-rs; None when the image is not
+        on it, or the path has a ``%`` (Spark's path then)."""
         if self.out.fs.getUri().getScheme() != "file":
             return None
-        return str(self.out.fs.makeQualified(self.out.child(relative)).toUri().getPath())
+        path = str(self.out.fs.makeQualified(self.out.child(relative)).toUri().getPath())
+        return None if "%" in path else path  # delta-rs 1.6 decodes %XX in a path when it reads the log
 
     def _has_state(self) -> bool:
         return self.out.exists(f"{STATE}/_delta_log")

@@ -36,8 +36,9 @@ image without typing, have string columns, the DC's text.
 Only the few DDL rows are brought to the driver, which works out each table's timeline, starting from
 the stored image's tables; the new rows are matched to it with a broadcast join and reduced per key
 in Spark. A table whose rows the update only changes (no DDL, no TRUNCATE or snapshot) gets one
-Delta MERGE of its changed keys (a deleted key is deleted, a live one inserted or updated); any other
-table that changed is rewritten (a Delta overwrite: its stored rows whose key the new rows do not
+Delta MERGE of its changed keys (a deleted key is deleted, a live one inserted or updated; made by the
+driver with delta-rs for a small update of an image on the local file system: spark_readers.driver_commits);
+any other table that changed is rewritten (a Delta overwrite: its stored rows whose key the new rows do not
 touch, kept by an anti-join, and the new ones); a table no new row or DDL touched keeps its version.
 """
 
@@ -59,7 +60,6 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from spark_readers import driver_commits
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
-from spark_readers.driver_commits import DRIVER_MERGE_ROWS
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
 from spark_readers.load import OutputDir, read_cursor, read_increments
@@ -248,7 +248,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
                 # micro-batch), so they are counted (the count fills the cache the build reads next).
                 count = new if start is not None else history.count()
                 image = _apply(spark, store, commit, history, start, keys, typing, _partitions(count, cores),
-                               start is not None and new <= DRIVER_MERGE_ROWS)
+                               start is not None and new <= driver_commits.DRIVER_MERGE_ROWS)
             finally:
                 if not cached:
                     history.unpersist()
@@ -328,13 +328,14 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         if carried and same and len(table.epochs) == 1:  # only rows changed: MERGE them
             url, local = store.url(carried.path), store.local_path(carried.path) if driver else None
             changes = _changes(latest, table, names, defaults, final, typed, key)
+            stored = (carried.version, carried.rows)
             made = (driver_commits.merge(local, key, changes, commit.app_id, commit.watermark[0], commit.metadata,
-                                         carried.rows) if local is not None else None)
+                                         stored) if local is not None else None)
             if made is None:
                 with_deletion_vectors(spark, url)
                 _merge(spark, url, replace(carried, columns=[*final, INVALID], key=key) if typed else carried,
                        changes, commit)
-                made = committed(spark, url, commit, carried.rows)
+                made = committed(spark, url, commit, stored)
             version, count = made
             tables[table.name] = TableImage(carried.path, final, pk, count, table.complete, table.snapshot, version,
                                             types)
