@@ -8,27 +8,28 @@ Arrow (they were reduced to one row per key in Spark) and MERGEs them with delta
 :func:`merge` takes; the commit of an existing state (an update's or a rebuild's) is the driver's too
 (:func:`overwrite`). Everything else (a larger update, a table :func:`merge` leaves, an image on HDFS or an
 object store, a table rewritten by DDL, a first build) goes through Spark, as does any commit delta-rs fails
-to make: the error is logged and Spark's path makes the commit, or skips it if delta-rs made it.
+to make: the error is logged and Spark's path makes the commit, or skips it if delta-rs made it before failing.
 
 The commits are those Spark would make: the same idempotent-write application id and version (each Delta
-``txn``), the same ``userMetadata``, the same rows. delta-rs does not skip a write its ``txn`` made already,
-so :func:`merge` and :func:`overwrite` check it first and hand a commit made already back to Spark's path
-(which skips it as always). delta-rs writes no deletion vectors: it copies each file that holds a changed key,
-without the changed rows (it honours the deletion vectors Spark wrote), so a table's files are kept small
+``txn``), the same ``userMetadata``, the same rows. delta-rs does not skip a write its ``txn`` made already:
+:func:`overwrite` checks it first, and :func:`merge` leaves a table that changed since the image's version
+(a killed update's commit) to Spark's path, which skips a commit made as always. delta-rs writes no deletion
+vectors: it copies each file that holds a changed key, without the changed rows (it honours the deletion
+vectors Spark wrote), so a table's files are kept small
 (:data:`DRIVER_MERGE_BYTES`): the copy must cost less than Spark's fixed costs, and the files it replaces
-stay on disk for time travel until a VACUUM. A table is checkpointed every :data:`CHECKPOINT_INTERVAL`
-versions, as Spark does (delta-rs's own default is 100).
+stay on disk for time travel until a VACUUM. A table is checkpointed every ``delta.checkpointInterval``
+versions (10 by default), as Spark does (delta-rs's own hook would at 100).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
 from pyspark.sql import DataFrame
 
 from spark_readers.image_types import key_column
@@ -45,10 +46,11 @@ DRIVER_MERGE_ROWS = 200_000
 # so this also bounds what an update adds to the disk: 32 MiB, against some 2.5 s of fixed cost for Spark's MERGE.
 DRIVER_MERGE_BYTES = 32 << 20
 # delta-rs 1.6 writes a decimal's min and max into a file's statistics as a double: a value of more digits than a
-# double holds exactly is rounded there (1234567890123456.78 as 1234567890123456.8), and Spark, skipping files by
+# double holds exactly is rounded there (1234567890123456.78 as 1234567890123456.75), and Spark, skipping files by
 # those statistics, would miss rows of a filter on it. Tables with wider decimals are Spark's to write.
 EXACT_DIGITS = 15
-CHECKPOINT_INTERVAL = 10
+# Operations whose commits change no row of a table (Spark's and delta-rs's names).
+ROWS_KEPT = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "SET TBLPROPERTIES"})
 ALIVE = "alive"  # the changes' column that tells a live key (inserted or updated) from a deleted one
 # The table features of an image's tables, which delta-rs 1.6 writes. A table with any other (row tracking or
 # domain metadata that a cluster's defaults turn on, say: delta-rs refuses to commit to those) is Spark's to write.
@@ -80,21 +82,38 @@ def _made(table: DeltaTable, app_id: str, version: int) -> bool:
     return done is not None and done >= version
 
 
-def _attempt(what: str, path: str, commit: Callable[[], T]) -> T | None:
-    """``commit()``, or None when delta-rs fails (Spark's path then makes the commit, or skips it if made)."""
+def _attempt(what: str, path: str, step: Callable[[], T]) -> T | None:
+    """``step()``, a delta-rs read or commit; None when delta-rs fails (logged): Spark's path then makes the commit,
+    or skips it if delta-rs made it before failing."""
     try:
-        return commit()
+        return step()
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # delta-rs's errors, and a panic of its Rust code (pyo3's PanicException)
-        log.warning("delta-rs failed to commit %s in %s, so Spark commits it: %s: %s", what, path,
+        log.warning("delta-rs failed at %s in %s, so Spark's path commits it (or finds it made): %s: %s", what, path,
                     type(exc).__name__, exc)
         return None
 
 
-def _checkpointed(table: DeltaTable) -> None:
-    if table.version() % CHECKPOINT_INTERVAL == 0:
-        table.create_checkpoint()
+def _checkpoint(table: DeltaTable) -> None:
+    """A checkpoint of the table at every ``delta.checkpointInterval``-th version (10 unless the table sets it), as
+    Spark writes them (delta-rs's own hook, off in :func:`_hooks`, keeps to 100). A checkpoint that fails is logged:
+    the commit is made, and readers replay the log's commits instead."""
+    try:
+        if table.version() % int(table.metadata().configuration.get("delta.checkpointInterval") or 10) == 0:
+            table.create_checkpoint()
+    except Exception as exc:
+        log.warning("delta-rs failed to checkpoint %s at version %s: %s", table.table_uri, table.version(), exc)
+
+
+def _hooks() -> PostCommitHookProperties:
+    return PostCommitHookProperties(create_checkpoint=False)
+
+
+def rows_kept(operations: Iterable[str]) -> bool:
+    """Whether commits of these operations leave a table's rows as they were (VACUUM, OPTIMIZE, a table property):
+    a row count from before them holds after them."""
+    return set(operations) <= ROWS_KEPT
 
 
 def _properties(app_id: str, version: int, metadata: str) -> CommitProperties:
@@ -110,45 +129,64 @@ def _arrow(changes: DataFrame) -> pa.Table:
     return table.cast(pa.schema(fields))
 
 
+def _mergeable(path: str, stored_version: int) -> DeltaTable | None:
+    """The table in ``path`` if the driver MERGEs into it: its rows are those of ``stored_version`` (later commits
+    only VACUUM, OPTIMIZE or set properties; one of a killed update changed them: Spark's path counts them), its
+    features delta-rs writes, its decimals at most :data:`EXACT_DIGITS` wide, its files at most
+    :data:`DRIVER_MERGE_BYTES`."""
+    table = DeltaTable(path)
+    later = table.version() - stored_version
+    if later < 0 or (later and not rows_kept(h["operation"] for h in table.history(later))):
+        return None
+    if not _writable(table) or not _exact_statistics(table):
+        return None
+    size = pc.sum(pa.table(table.get_add_actions())["size_bytes"]).as_py() or 0
+    return table if size <= DRIVER_MERGE_BYTES else None
+
+
 def merge(path: str, key: list[str], changes: DataFrame, app_id: str, version: int, metadata: str,
           stored: tuple[int, int]) -> tuple[int, int] | None:
     """MERGE ``changes`` (the table's columns, the ``key`` columns' values as :func:`key_column` columns, and
     :data:`ALIVE`) into the Delta table in the local folder ``path``, whose ``stored`` (version, rows) the
     image holds: a deleted key is deleted, a live one updated or inserted; one commit, the idempotent write
-    ``app_id`` at ``version`` with ``metadata`` as its userMetadata. The table's new version and rows; None,
-    with nothing committed, when the table is not the stored version (a killed update committed to it: Spark's
-    path counts its rows), has features beyond :data:`WRITER_FEATURES` or decimals wider than
-    :data:`EXACT_DIGITS`, is larger than :data:`DRIVER_MERGE_BYTES`, or when delta-rs fails."""
-    def commit() -> tuple[int, int] | None:
-        table = DeltaTable(path)
-        if (table.version() != stored[0] or not _writable(table) or not _exact_statistics(table)
-                or (pc.sum(pa.table(table.get_add_actions())["size_bytes"]).as_py() or 0) > DRIVER_MERGE_BYTES):
-            return None
-        source = [key_column(i) for i in range(len(key))]
-        matched = " AND ".join(f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(k)})" for c, k in zip(key, source))
-        alive = f"s.{ALIVE}"
-        metrics = (table.merge(_arrow(changes), matched, source_alias="s", target_alias="t", streamed_exec=False,
-                               commit_properties=_properties(app_id, version, metadata))
-                   .when_matched_delete(f"NOT {alive}")
-                   .when_matched_update_all(alive, except_cols=[*source, ALIVE])
-                   .when_not_matched_insert_all(alive, except_cols=[*source, ALIVE]).execute())
-        _checkpointed(table)
-        return table.version(), stored[1] + metrics["num_target_rows_inserted"] - metrics["num_target_rows_deleted"]
-
-    return _attempt("a MERGE", path, commit)
+    ``app_id`` at ``version`` with ``metadata`` as its userMetadata. The table's new version and rows; None when
+    :func:`_mergeable` refuses the table (nothing committed) or delta-rs fails (Spark's path then commits, or
+    finds the commit made). Spark's errors (computing ``changes``) are raised."""
+    table = _attempt("reading the table", path, lambda: _mergeable(path, stored[0]))
+    if table is None:
+        return None
+    rows = _arrow(changes)
+    source = [key_column(i) for i in range(len(key))]
+    matched = " AND ".join(f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(k)})" for c, k in zip(key, source))
+    alive = f"s.{ALIVE}"
+    metrics = _attempt("a MERGE", path, lambda: (
+        table.merge(rows, matched, source_alias="s", target_alias="t", streamed_exec=False,
+                    commit_properties=_properties(app_id, version, metadata), post_commithook_properties=_hooks())
+        .when_matched_delete(f"NOT {alive}")
+        .when_matched_update_all(alive, except_cols=[*source, ALIVE])
+        .when_not_matched_insert_all(alive, except_cols=[*source, ALIVE]).execute()))
+    if metrics is None:
+        return None
+    _checkpoint(table)
+    return table.version(), stored[1] + metrics["num_target_rows_inserted"] - metrics["num_target_rows_deleted"]
 
 
 def overwrite(path: str, rows: pa.Table, app_id: str, version: int, metadata: str) -> bool:
     """Replace the rows of the Delta table in the local folder ``path`` with ``rows``: one commit, the idempotent
-    write ``app_id`` at ``version``, skipped when the table holds that write already. False, with nothing
-    committed, when the table has features beyond :data:`WRITER_FEATURES` or delta-rs fails."""
-    def commit() -> bool:
+    write ``app_id`` at ``version``, skipped when the table holds that write already. False when the table has
+    features beyond :data:`WRITER_FEATURES` (nothing committed) or delta-rs fails (Spark's path then commits,
+    or finds the commit made)."""
+    def commit() -> DeltaTable | None:
         table = DeltaTable(path)
         if not _writable(table):
-            return False
+            return None
         if not _made(table, app_id, version):
-            write_deltalake(table, rows, mode="overwrite", commit_properties=_properties(app_id, version, metadata))
-            _checkpointed(table)
-        return True
+            write_deltalake(table, rows, mode="overwrite", commit_properties=_properties(app_id, version, metadata),
+                            post_commithook_properties=_hooks())
+        return table
 
-    return bool(_attempt("the state", path, commit))
+    table = _attempt("the state", path, commit)
+    if table is None:
+        return False
+    _checkpoint(DeltaTable(path))
+    return True

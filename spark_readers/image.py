@@ -117,15 +117,18 @@ def committed(spark: SparkSession, url: str, commit: Commit, before: tuple[int, 
               ) -> tuple[int, int]:
     """The latest version of the Delta table at ``url``, just written by ``commit``, and its rows: from that
     commit's metrics (an overwrite's output rows; a MERGE's inserted and deleted rows, by Spark's names or
-    delta-rs's, when it is the next version after ``before``, the (version, rows) it started from), else
-    counted (a write that made no commit; a MERGE after another commit, such as a killed update's)."""
-    last = DeltaTable.forPath(spark, url).history(1).collect()[0]
+    delta-rs's, added to ``before``, the (version, rows) it started from, when the commits between kept the rows:
+    spark_readers.driver_commits.rows_kept), else counted (a write that made no commit; a MERGE after a killed
+    update's)."""
+    table = DeltaTable.forPath(spark, url)
+    last = table.history(1).collect()[0]
     version, metrics = int(last["version"]), last["operationMetrics"] or {}
     if last["userMetadata"] == commit.metadata:
         inserted = metrics.get("numTargetRowsInserted", metrics.get("num_target_rows_inserted"))
         deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
-        if (last["operation"] == "MERGE" and before is not None and version == before[0] + 1 and inserted is not None
-                and deleted is not None):
+        if (last["operation"] == "MERGE" and before is not None and inserted is not None and deleted is not None
+                and (version == before[0] + 1 or version > before[0] and driver_commits.rows_kept(
+                    row["operation"] for row in table.history(version - before[0]).collect()[1:]))):
             return version, before[1] + int(inserted) - int(deleted)
         if last["operation"] == "WRITE" and "numOutputRows" in metrics:
             return version, int(metrics["numOutputRows"])

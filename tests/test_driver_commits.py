@@ -80,8 +80,9 @@ class Killed(Exception):
 def test_an_update_killed_after_its_table_commit_skips_it_when_run_again(
         spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An update that dies after the driver's MERGE and before the state's commit leaves the old image current;
-    run again, it finds the MERGE made (the table's idempotent write), makes no second one, and counts the
-    table's rows from the MERGE's metrics (delta-rs's names)."""
+    run again, it leaves the table (changed since the image's version) to Spark's path, which finds the MERGE
+    made (the table's idempotent write), makes no second one, and takes the table's rows from the MERGE's
+    metrics (delta-rs's names)."""
     channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
     materialise_channel(spark, source, str(out))
@@ -133,8 +134,8 @@ def test_odd_column_names_are_matched_by_the_driver(spark: SparkSession, sandbox
 def test_past_the_drivers_bounds_spark_merges(spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A table larger than DRIVER_MERGE_BYTES gets Spark's MERGE (deletion vectors, no copy of the table's
-    files; the state is still the driver's commit); the next update's MERGE by the driver keeps the rows those
-    deletion vectors removed; an update of more than DRIVER_MERGE_ROWS new rows is Spark's again."""
+    files; the state is still the driver's commit); the next update's MERGE by the driver keeps out the rows
+    those deletion vectors removed; an update of more than DRIVER_MERGE_ROWS new rows is Spark's again."""
     channel, source = twenty_rows(sandbox, unique_name)
     out = tmp_path / "image"
     materialise_channel(spark, source, str(out))
@@ -164,8 +165,9 @@ def test_past_the_drivers_bounds_spark_merges(spark: SparkSession, sandbox: Sand
 def test_a_table_with_wide_decimals_is_sparks_and_filters_find_its_rows(spark: SparkSession, sandbox: Sandbox,
                                                                         unique_name: str, tmp_path: Path) -> None:
     """delta-rs 1.6 writes a decimal's file statistics as a double: 1234567890123456.78 (decimal(18,2)) would
-    be 1234567890123456.75 there, and a filter on its value would skip the file. A table with a decimal of
-    more than EXACT_DIGITS digits is MERGEd by Spark, and the filter finds the row."""
+    be 1234567890123456.75 there (1234567890123456.8 in the log's JSON), and a filter on its value would skip
+    the file. A table with a decimal of more than EXACT_DIGITS digits is MERGEd by Spark, and the filter finds
+    the row."""
     dc = make_channel(sandbox.dc, sandbox.source, unique_name)
     channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
     channel.write([[("shop", "d", "CREATETABLE", {"NEW": [
@@ -215,3 +217,58 @@ def test_tables_with_features_delta_rs_does_not_write_are_sparks(spark: SparkSes
     assert (engines(out / "shop" / "t"), engines(out / STATE)) == (["Apache-Spark"], ["Apache-Spark"])
     assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == AFTER
     assert state(out)["tables"]["shop.t"]["rows"] == 20
+
+
+def test_a_merge_delta_rs_fails_is_sparks(spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """When delta-rs fails to MERGE, the failure is logged and Spark's MERGE makes the commit."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    channel.write([CHANGES])
+
+    def fail(self: object) -> None:
+        raise RuntimeError("no room left")
+
+    with monkeypatch.context() as failing:
+        failing.setattr(deltalake.table.TableMerger, "execute", fail)
+        materialise_channel(spark, source, str(out))
+    assert engines(out / "shop" / "t") == ["Apache-Spark"]
+    assert "delta-rs failed at a MERGE" in caplog.text and "no room left" in caplog.text
+    assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == AFTER
+    assert state(out)["tables"]["shop.t"]["rows"] == 20
+
+
+def test_checkpoints_and_commits_that_keep_rows(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The driver checkpoints a table at its delta.checkpointInterval (1 here), and a checkpoint that fails is only
+    logged; commits that keep the rows (a table property, VACUUM) leave the next update to the driver, its rows
+    counted from the MERGE's metrics."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    table = out / "shop" / "t"
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")
+    channel.write([CHANGES])
+    materialise_channel(spark, source, str(out))
+    assert (deltalake.DeltaTable(str(table)).version(), engines(table)) == (2, ["delta-rs"])
+    assert (table / "_delta_log" / "00000000000000000002.checkpoint.parquet").exists()
+    with session_conf(spark, {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}):
+        spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS")
+    assert [h["operation"] for h in deltalake.DeltaTable(str(table)).history(2)] == ["VACUUM END", "VACUUM START"]
+
+    channel.write([[("shop", "t", "DELETE", {"OLD": [{"id": "3"}, {"v": "30"}]})]])
+
+    def fail(self: object) -> None:
+        raise OSError("disk full")
+
+    with monkeypatch.context() as failing:
+        failing.setattr(deltalake.DeltaTable, "create_checkpoint", fail)
+        materialise_channel(spark, source, str(out))
+    assert (deltalake.DeltaTable(str(table)).version(), engines(table)) == (5, ["delta-rs"])
+    assert "failed to checkpoint" in caplog.text and "disk full" in caplog.text
+    assert not (table / "_delta_log" / "00000000000000000005.checkpoint.parquet").exists()
+    assert (state(out)["tables"]["shop.t"]["version"], state(out)["tables"]["shop.t"]["rows"]) == (5, 19)
+    assert sorted((r.asDict() for r in read_image(spark, str(out))["shop.t"].collect()), key=lambda r: r["id"]) == [
+        AFTER[0], *AFTER[2:]]
