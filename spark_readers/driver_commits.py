@@ -159,12 +159,13 @@ def merge(path: str, key: list[str], changes: DataFrame, app_id: str, version: i
     source = [key_column(i) for i in range(len(key))]
     matched = " AND ".join(f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(k)})" for c, k in zip(key, source))
     alive = f"s.{ALIVE}"
+    # each column by name (delta-rs's update_all and insert_all quote names with backticks, and fail on one)
+    values = {_quoted(c): f"s.{_quoted(c)}" for c in rows.column_names if c not in (*source, ALIVE)}
     metrics = _attempt("a MERGE", path, lambda: (
         table.merge(rows, matched, source_alias="s", target_alias="t", streamed_exec=False,
                     commit_properties=_properties(app_id, version, metadata), post_commithook_properties=_hooks())
-        .when_matched_delete(f"NOT {alive}")
-        .when_matched_update_all(alive, except_cols=[*source, ALIVE])
-        .when_not_matched_insert_all(alive, except_cols=[*source, ALIVE]).execute()))
+        .when_matched_delete(f"NOT {alive}").when_matched_update(values, alive)
+        .when_not_matched_insert(values, alive).execute()))
     if metrics is None:
         return None
     _checkpoint(table)

@@ -41,6 +41,16 @@ INVALID_TYPE = MapType(StringType(), StringType())
 _INTEGERS: dict[type, int] = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 19}  # decimal digits
 
 
+def quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier, whatever its characters (a backtick included)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str) -> Column:
+    """The column ``name``, whatever its characters."""
+    return F.col(quoted(name))
+
+
 def key_column(position: int) -> str:
     """The name of a changed key's ``position``-th value, typed, in :func:`converted` frames."""
     return f"_gate_k{position}"
@@ -81,7 +91,7 @@ def converted(frame: DataFrame, table: TypedTable | None, key: TypedTable | None
         return (*values, *([invalid or None] if table else []), *keys)
 
     typed = F.udf(convert, StructType([*fields, *key_fields]), useArrow=False)
-    texts = F.array(*[F.col(f"`{name}`") for name in names]) if names else F.array().cast("array<string>")
+    texts = F.array(*[column(name) for name in names]) if names else F.array().cast("array<string>")
     return frame.select(typed(texts, F.col("key") if key else F.lit(None).cast("array<string>")).alias("_typed"),
                         *passthrough).select("_typed.*", *passthrough)
 
@@ -124,7 +134,7 @@ def stored_columns(stored: StructType, table: TypedTable, names: dict[str, str],
         if field.name not in names:
             columns.append(default_value(table, field.name, defaults.get(field.name)).alias(field.name))
             continue
-        value = F.col(f"`{names[field.name]}`")
+        value = column(names[field.name])
         old = stored[names[field.name]].dataType
         kept = F.element_at(F.col(INVALID), F.lit(names[field.name]))
         if exact_cast(old, field.dataType):

@@ -61,7 +61,16 @@ from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from spark_readers import driver_commits
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committed, committing
-from spark_readers.image_types import INVALID, converted, for_delta, identity, key_column, stored_columns
+from spark_readers.image_types import (
+    INVALID,
+    column,
+    converted,
+    for_delta,
+    identity,
+    key_column,
+    quoted,
+    stored_columns,
+)
 from spark_readers.load import OutputDir, read_cursor, read_increments
 from spark_readers.rows import ROW_OPTYPES
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf, spark_job
@@ -163,11 +172,11 @@ def _stored_rows(spark: SparkSession, store: ImageStore, table: TableLife, final
     stored = table.stored
     rows = spark.read.format("delta").option("versionAsOf", stored.version).load(store.url(stored.path))
     if typed is None:
-        identity = F.array(*[F.col(f"`{c}`") for c in (stored.key or sorted(stored.columns))])
-        columns = [(F.col(f"`{names[c]}`") if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
+        identity = F.array(*[column(c) for c in (stored.key or sorted(stored.columns))])
+        columns = [(column(names[c]) if c in names else F.lit(defaults.get(c)).cast("string")).alias(c)
                    for c in final]
     else:
-        identity = F.struct(*[F.col(f"`{c}`").alias(key_column(i)) for i, c in enumerate(_stored_typed(table, typed)[1])])
+        identity = F.struct(*[column(c).alias(key_column(i)) for i, c in enumerate(_stored_typed(table, typed)[1])])
         columns = stored_columns(rows.schema, typed, names, defaults)
     return rows.withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns)
 
@@ -189,10 +198,10 @@ def _changes(latest: DataFrame, table: TableLife, names: list[dict[str, str]], d
     text = latest.filter(F.col("table") == table.key).select(*[_column(names, defaults, c) for c in final], "key",
                                                                 "alive")
     if typed is None:
-        return text.select(*[F.col(f"`{c}`") for c in final], *[F.col("key")[i].alias(key_column(i))
+        return text.select(*[column(c) for c in final], *[F.col("key")[i].alias(key_column(i))
                                                                   for i in range(len(key))], "alive")
     frame = converted(text, typed, identity(typed, key), ["alive"])
-    return frame.select(*[F.col(f"`{c}`") for c in final], INVALID, *[key_column(i) for i in range(len(key))], "alive")
+    return frame.select(*[column(c) for c in final], INVALID, *[key_column(i) for i in range(len(key))], "alive")
 
 
 def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int], DataFrame], through: tuple[int, int],
@@ -260,9 +269,9 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
 def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame, commit: Commit) -> None:
     """MERGE the changed keys (their values in :func:`key_column` columns; ``alive`` False: deleted) into the
     Delta table at ``url``, matched column by column (an equi-join, whatever the key columns' types)."""
-    matched = functools.reduce(Column.__and__, [F.col(f"t.`{c}`").eqNullSafe(F.col(f"s.{key_column(i)}"))
+    matched = functools.reduce(Column.__and__, [F.col(f"t.{quoted(c)}").eqNullSafe(F.col(f"s.{key_column(i)}"))
                                                 for i, c in enumerate(stored.key or sorted(stored.columns))])
-    values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in stored.columns}
+    values: dict[str, str | Column] = {quoted(c): F.col(f"s.{quoted(c)}") for c in stored.columns}
     with committing(spark, commit):
         (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"), matched)
          .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
