@@ -186,8 +186,8 @@ def overwrite(path: str, rows: pa.Table, app_id: str, version: int, metadata: st
                             post_commithook_properties=_hooks())
         return table
 
-    table = _attempt("the state", path, commit)
+    table = _attempt("the state", path, commit)  # write_deltalake brings the table object to its new version
     if table is None:
         return False
-    _checkpoint(DeltaTable(path))
+    _checkpoint(table)
     return True
