@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
 from pyspark.sql import DataFrame
 
-from spark_readers.image_types import key_column
+from spark_readers.image_types import ALIVE, key_column
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,7 +51,6 @@ DRIVER_MERGE_BYTES = 32 << 20
 EXACT_DIGITS = 15
 # Operations whose commits change no row of a table (Spark's and delta-rs's names).
 ROWS_KEPT = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "SET TBLPROPERTIES"})
-ALIVE = "alive"  # the changes' column that tells a live key (inserted or updated) from a deleted one
 # The table features of an image's tables, which delta-rs 1.6 writes. A table with any other (row tracking or
 # domain metadata that a cluster's defaults turn on, say: delta-rs refuses to commit to those) is Spark's to write.
 WRITER_FEATURES = frozenset({"appendOnly", "invariants", "deletionVectors", "timestampNtz"})
@@ -158,7 +157,7 @@ def merge(path: str, key: list[str], changes: DataFrame, app_id: str, version: i
     rows = _arrow(changes)
     source = [key_column(i) for i in range(len(key))]
     matched = " AND ".join(f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(k)})" for c, k in zip(key, source))
-    alive = f"s.{ALIVE}"
+    alive = f"s.{_quoted(ALIVE)}"
     # each column by name (delta-rs's update_all and insert_all quote names with backticks, and fail on one)
     values = {_quoted(c): f"s.{_quoted(c)}" for c in rows.column_names if c not in (*source, ALIVE)}
     metrics = _attempt("a MERGE", path, lambda: (

@@ -51,9 +51,17 @@ def column(name: str) -> Column:
     return F.col(quoted(name))
 
 
+# gate's own columns in frames that also hold a source table's columns. MySQL and MariaDB refuse a column name
+# that ends with a space, so no source column (a `key`, an `alive`) can be named like one of these.
+KEY = "_gate_key "  # a changed key's values as the DC has them (array<string>)
+ALIVE = "_gate_alive "  # whether a changed key is there after the update (False: deleted)
+IDENTITY = "_gate_identity "  # a stored row's key values, compared with the changed keys'
+TYPED = "_gate_typed "  # the typed values of a row, before they become columns
+
+
 def key_column(position: int) -> str:
     """The name of a changed key's ``position``-th value, typed, in :func:`converted` frames."""
-    return f"_gate_k{position}"
+    return f"_gate_k{position} "
 
 
 def for_delta(table: TypedTable) -> TypedTable:
@@ -73,7 +81,7 @@ def identity(table: TypedTable, columns: Sequence[str]) -> TypedTable:
 def converted(frame: DataFrame, table: TypedTable | None, key: TypedTable | None = None,
               passthrough: Sequence[str] = ()) -> DataFrame:
     """``frame``'s columns of ``table`` (the DC's text) typed, then ``_invalid``; with ``key`` (the
-    columns of ``frame``'s ``key``, an array of their texts), its values typed as :func:`key_column`
+    columns of ``frame``'s :data:`KEY`, an array of their texts), its values typed as :func:`key_column`
     columns; then the ``passthrough`` columns as they are. (A Python UDF: mapInArrow would need pandas.)"""
     names = [name for name, _ in table.columns] if table else []
     fields = [*table.image_schema().fields, StructField(INVALID, INVALID_TYPE)] if table else []
@@ -92,8 +100,9 @@ def converted(frame: DataFrame, table: TypedTable | None, key: TypedTable | None
 
     typed = F.udf(convert, StructType([*fields, *key_fields]), useArrow=False)
     texts = F.array(*[column(name) for name in names]) if names else F.array().cast("array<string>")
-    return frame.select(typed(texts, F.col("key") if key else F.lit(None).cast("array<string>")).alias("_typed"),
-                        *passthrough).select("_typed.*", *passthrough)
+    passed = [column(name) for name in passthrough]
+    return frame.select(typed(texts, column(KEY) if key else F.lit(None).cast("array<string>")).alias(TYPED),
+                        *passed).select(f"{quoted(TYPED)}.*", *passed)
 
 
 def exact_cast(old: DataType, new: DataType) -> bool:

@@ -62,7 +62,10 @@ from spark_readers import driver_commits
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
 from spark_readers.image import Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import (
+    ALIVE,
+    IDENTITY,
     INVALID,
+    KEY,
     column,
     converted,
     for_delta,
@@ -178,30 +181,31 @@ def _stored_rows(spark: SparkSession, store: ImageStore, table: TableLife, final
     else:
         identity = F.struct(*[column(c).alias(key_column(i)) for i, c in enumerate(_stored_typed(table, typed)[1])])
         columns = stored_columns(rows.schema, typed, names, defaults)
-    return rows.withColumn("_gate_key", identity).join(changed, "_gate_key", "left_anti").select(*columns)
+    return rows.withColumn(IDENTITY, identity).join(changed, IDENTITY, "left_anti").select(*columns)
 
 
 def _changed_keys(latest: DataFrame, table: TableLife, typed: TypedTable | None) -> DataFrame:
-    """The keys the update's rows touch (``_gate_key``), comparable with :func:`_stored_rows`' identities."""
-    keys = latest.filter(F.col("table") == table.key).select("key")
+    """The keys the update's rows touch (:data:`IDENTITY`), comparable with :func:`_stored_rows`' identities."""
+    keys = latest.filter(F.col("table") == table.key).select(F.col("key").alias(KEY))
     if typed is None:
-        return keys.select(F.col("key").alias("_gate_key"))
+        return keys.select(column(KEY).alias(IDENTITY))
     stored, columns = _stored_typed(table, typed)
     return converted(keys, None, identity(stored, columns)).select(
-        F.struct(*[key_column(i) for i in range(len(columns))]).alias("_gate_key"))
+        F.struct(*[column(key_column(i)) for i in range(len(columns))]).alias(IDENTITY))
 
 
 def _changes(latest: DataFrame, table: TableLife, names: list[dict[str, str]], defaults: dict[str, str | None],
              final: list[str], typed: TypedTable | None, key: list[str]) -> DataFrame:
     """The changed keys' rows for MERGE: the columns, the values of ``key`` (:func:`key_column` columns) and
-    ``alive``."""
-    text = latest.filter(F.col("table") == table.key).select(*[_column(names, defaults, c) for c in final], "key",
-                                                                "alive")
+    :data:`ALIVE`."""
+    text = latest.filter(F.col("table") == table.key).select(*[_column(names, defaults, c) for c in final],
+                                                              F.col("key").alias(KEY), F.col("alive").alias(ALIVE))
     if typed is None:
-        return text.select(*[column(c) for c in final], *[F.col("key")[i].alias(key_column(i))
-                                                                  for i in range(len(key))], "alive")
-    frame = converted(text, typed, identity(typed, key), ["alive"])
-    return frame.select(*[column(c) for c in final], INVALID, *[key_column(i) for i in range(len(key))], "alive")
+        return text.select(*[column(c) for c in final], *[column(KEY)[i].alias(key_column(i))
+                                                          for i in range(len(key))], column(ALIVE))
+    frame = converted(text, typed, identity(typed, key), [ALIVE])
+    return frame.select(*[column(c) for c in final], INVALID, *[column(key_column(i)) for i in range(len(key))],
+                        column(ALIVE))
 
 
 def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int], DataFrame], through: tuple[int, int],
@@ -267,15 +271,17 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
 
 
 def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame, commit: Commit) -> None:
-    """MERGE the changed keys (their values in :func:`key_column` columns; ``alive`` False: deleted) into the
+    """MERGE the changed keys (their values in :func:`key_column` columns; :data:`ALIVE` False: deleted) into the
     Delta table at ``url``, matched column by column (an equi-join, whatever the key columns' types)."""
-    matched = functools.reduce(Column.__and__, [F.col(f"t.{quoted(c)}").eqNullSafe(F.col(f"s.{key_column(i)}"))
-                                                for i, c in enumerate(stored.key or sorted(stored.columns))])
+    matched = functools.reduce(Column.__and__, [
+        F.col(f"t.{quoted(c)}").eqNullSafe(F.col(f"s.{quoted(key_column(i))}"))
+        for i, c in enumerate(stored.key or sorted(stored.columns))])
     values: dict[str, str | Column] = {quoted(c): F.col(f"s.{quoted(c)}") for c in stored.columns}
+    alive = F.col(f"s.{quoted(ALIVE)}")
     with committing(spark, commit):
         (DeltaTable.forPath(spark, url).alias("t").merge(changes.alias("s"), matched)
-         .whenMatchedDelete(condition=~F.col("s.alive")).whenMatchedUpdate(condition=F.col("s.alive"), set=values)
-         .whenNotMatchedInsert(condition=F.col("s.alive"), values=values).execute())
+         .whenMatchedDelete(condition=~alive).whenMatchedUpdate(condition=alive, set=values)
+         .whenNotMatchedInsert(condition=alive, values=values).execute())
 
 
 def _folder(table: TableLife, taken: set[str]) -> str:

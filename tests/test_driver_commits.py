@@ -1,7 +1,7 @@
 """A small update of an image on the local file system, committed by the driver with delta-rs
 (spark_readers.driver_commits): the commits carry what Spark's would (rows, idempotent-write id and version,
-userMetadata), a commit made before a kill is skipped when the update runs again, odd column names are matched,
-and past the bounds Spark MERGEs."""
+userMetadata), a commit made before a kill is skipped when the update runs again, odd column names and columns
+named like the update's own are matched, and past the bounds Spark MERGEs."""
 
 from __future__ import annotations
 
@@ -105,6 +105,45 @@ def test_an_update_killed_after_its_table_commit_skips_it_when_run_again(
     assert (state(out)["tables"]["shop.t"]["version"], state(out)["tables"]["shop.t"]["rows"]) == (1, 20)
     assert state(out)["watermark"]["id"] > built["watermark"]["id"]
     assert sorted(delta_rs_rows(out / "shop" / "t"), key=lambda r: r["id"]) == AFTER
+
+
+@pytest.mark.parametrize("merged_by", ["delta-rs", "Apache-Spark"])
+@pytest.mark.parametrize("typed", [True, False], ids=["typed", "text"])
+def test_columns_named_like_the_updates_own_are_merged(spark: SparkSession, sandbox: Sandbox, unique_name: str,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       merged_by: str, typed: bool) -> None:
+    """Source columns named key, alive, table, _gate_k0 and _gate_key, in a typed table and in one without a
+    CREATETABLE (text columns), through a build and a MERGE by the driver or by Spark. The update's own
+    columns used those names: its frames held two columns `key` and the MERGE failed (AMBIGUOUS_REFERENCE)."""
+    if merged_by == "Apache-Spark":
+        monkeypatch.setattr(ImageStore, "local_path", lambda self, relative: None)
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    names = ["key", "alive", "table", "_gate_k0", "_gate_key"]
+
+    def image(key: int, version: int) -> list[dict[str, str | None]]:
+        return [{"id": str(key)}, *[{name: f"{name}{version}"} for name in names]]
+
+    create = ("shop", "o", "CREATETABLE", {"NEW": [
+        {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "int"},
+        *[{"field_name": name, "nullable": "Yes", "primary_key": "No", "data_type": "varchar(20)"}
+          for name in names]]})
+    inserts = [("shop", "o", "INSERT", {"NEW": image(i, i)}) for i in (1, 2, 3)]
+    channel.write([[create, *inserts] if typed else inserts])
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    out = tmp_path / "image"
+    keys = None if typed else {"shop.o": ["id"]}
+    materialise_channel(spark, source, str(out), keys)
+    channel.write([[("shop", "o", "UPDATE", {"NEW": image(1, 9), "OLD": image(1, 1)}),
+                    ("shop", "o", "DELETE", {"OLD": image(2, 2)}),
+                    ("shop", "o", "INSERT", {"NEW": image(4, 4)})]])
+    materialise_channel(spark, source, str(out), keys)
+
+    assert engines(out / "shop" / "o") == [merged_by]
+    extra = {"_invalid": None} if typed else {}
+    assert sorted(delta_rs_rows(out / "shop" / "o"), key=lambda r: int(r["id"])) == [
+        {"id": key if typed else str(key), **{name: f"{name}{version}" for name in names}, **extra}
+        for key, version in ((1, 9), (3, 3), (4, 4))]
 
 
 @pytest.mark.parametrize("merged_by", ["delta-rs", "Apache-Spark"])
