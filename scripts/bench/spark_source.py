@@ -14,14 +14,23 @@ of them; the median run of each is kept):
 - ``gate_stream``: readStream.format("gate") (micro-batches of ``--max-rows``), rows discarded by the streaming
   noop sink (a foreachBatch that discards them costs one more copy of each row: Spark hands the batch to it as
   an RDD of rows already made);
-- ``gate_stream_all``: the same without maxRowsPerTrigger: the backlog in one micro-batch (Spark's own cost
-  per micro-batch, a few hundred ms of offset and commit logs and job start here, is then paid once);
+- ``gate_stream_all``: the same without maxRowsPerTrigger (the source's default): the backlog in one
+  micro-batch, so Spark's own cost per micro-batch is paid once;
 - ``gate_python_batch``, ``gate_python_stream``: the same with format("gate_python"), the Python source;
 
 and, once each, unless ``--readers-only``:
 
 - ``jdbc_incremental_load``: the whole spark-load job (read, parse, Parquet, cursor);
 - ``gate_stream_parquet``: the stream into Parquet with a checkpointLocation.
+
+Spark's own cost per micro-batch is measured beside them: ``spark_job_floor`` is the median time of a job that
+writes one row to the noop sink (planning, scheduling, the write's commit), and the stream's micro-batches are
+counted, so the share of ``gate_stream``'s time that no source can save is printed.
+
+The DC server runs with ``--dc-buffer-pool`` (1G by default) as its InnoDB buffer pool: a DC in service keeps
+its recent rows in memory, and the sandbox's 256M held too little of a 1,000,000-row transfer_data (about 300 MB),
+so 40 % of its pages came from the file system on every read and both readers waited on them (256M: runs
+before this option).
 
 The table images (an incremental update against a rebuild) are measured by scripts/bench/image.py.
 
@@ -156,13 +165,14 @@ def measure(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, dc_c
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
+    busy = busy_percent(before, machine_busy())  # over the run alone: the wait below would dilute it
     time.sleep(0.3)  # one more sample of the tree's CPU times
     cpu_s, dc_s = tree.cpu_seconds() - cpu, dc_cpu() - dc
     figures = {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds),
                "driver_cpu_s": round(cpu_s, 1), "cpu_us_per_row": round(cpu_s / rows * 1e6, 1),
                "dc_cpu_s": round(dc_s, 1), "dc_cpu_us_per_row": round(dc_s / rows * 1e6, 1),
                "peak_python_worker_rss_mb": round(tree.worker_peak / 2**20),
-               "machine_busy_pct": busy_percent(before, machine_busy()), "load_average": load}
+               "machine_busy_pct": busy, "load_average": load}
     print(name, json.dumps(figures), flush=True)
     return figures
 
@@ -190,14 +200,21 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"{name:<24}{f['rows_per_s']:>10,}{f['rows_per_s'] / scan['rows_per_s']:>8.2f}"
                      f"{f['cpu_us_per_row']:>12.1f}{f['cpu_us_per_row'] / scan['cpu_us_per_row']:>8.2f}"
                      f"{f['dc_cpu_us_per_row']:>11.1f}{f['peak_python_worker_rss_mb']:>11}")
+    floor = figures.get("spark_job_floor")
+    if floor:
+        lines.append(f"Spark's own cost of a job here: {floor['one_row_job_s']} s; gate_stream ran "
+                     f"{floor['gate_stream_micro_batches']} micro-batches, {floor['gate_stream_share']:.0%} of its time.")
     return "\n".join(lines)
 
 
 @contextmanager
-def bench_channel(tmp: Path, rows: int) -> Iterator[tuple[ServerConfig, History, Callable[[], float]]]:
+def bench_channel(tmp: Path, rows: int, buffer_pool: str | None = None
+                  ) -> Iterator[tuple[ServerConfig, History, Callable[[], float]]]:
     """Private servers in ``tmp`` with a channel "bench" whose transfer_data holds ``rows`` rows of History,
-    and the DC server's CPU seconds so far; the servers stop when the block ends."""
-    box = Sandbox(tmp / "servers", with_standby=False, tied_to_parent=True)
+    and the DC server's CPU seconds so far; the servers stop when the block ends. ``buffer_pool``: the DC's
+    InnoDB buffer pool size (default: the sandbox's)."""
+    dc_args = (f"--innodb-buffer-pool-size={buffer_pool}",) if buffer_pool else ()
+    box = Sandbox(tmp / "servers", with_standby=False, tied_to_parent=True, dc_args=dc_args)
     box.up()
     try:
         dc = ServerConfig("127.0.0.1", box.dc.port, "root")
@@ -213,6 +230,21 @@ def bench_channel(tmp: Path, rows: int) -> Iterator[tuple[ServerConfig, History,
         box.down()
 
 
+def spark_job_floor(spark: Any, stream_seconds: float, micro_batches: int) -> dict[str, Any]:
+    """Spark's own cost of one job here (the median of 20 jobs writing one row to the noop sink), and what
+    ``micro_batches`` of them come to in a stream that took ``stream_seconds``: the part no source can save."""
+    times = []
+    for _ in range(21):
+        start = time.perf_counter()
+        spark.range(1).write.format("noop").mode("overwrite").save()
+        times.append(time.perf_counter() - start)
+    job = statistics.median(times[1:])  # the first compiles its code
+    floor = {"one_row_job_s": round(job, 3), "gate_stream_micro_batches": micro_batches,
+             "gate_stream_share": round(job * micro_batches / stream_seconds, 2)}
+    print("spark_job_floor", json.dumps(floor), flush=True)
+    return floor
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of history")
@@ -221,11 +253,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each reader (the median is kept)")
     parser.add_argument("--readers-only", action="store_true", help="measure the readers only, skip the Parquet jobs")
     parser.add_argument("--skip-python", action="store_true", help="leave out the Python format(\"gate_python\")")
+    parser.add_argument("--dc-buffer-pool", default="1G", help="the DC server's InnoDB buffer pool size [1G]")
     parser.add_argument("--json", help="write the figures to this file too")
     args = parser.parse_args()
-    figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="gate-spark-bench-") as tmp, bench_channel(Path(tmp), args.rows) as (
-            dc, history, dc_cpu):
+    figures: dict[str, Any] = {"machine_load_average_at_start": psutil.getloadavg(),
+                               "dc_buffer_pool": args.dc_buffer_pool}
+    with tempfile.TemporaryDirectory(prefix="gate-spark-bench-") as tmp, bench_channel(
+            Path(tmp), args.rows, args.dc_buffer_pool) as (dc, history, dc_cpu):
         run(args, dc, history, dc_cpu, Path(tmp), figures)
     print(json.dumps(figures, indent=2))
     print(table(figures))
@@ -246,13 +280,17 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     def discard(frame: Any) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
+    micro_batches: dict[tuple[str, bool], int] = {}  # of each stream's last run, those that read rows
+
     def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True) -> None:
         trigger = {"maxRowsPerTrigger": str(args.max_rows)} if limit else {}
         writer = (spark.readStream.format(reader).options(**options, **trigger).load()
                   .writeStream.option("checkpointLocation", str(tmp / f"{name}.checkpoint")))
         writer = (writer.format("parquet").option("path", str(tmp / name)) if parquet else
                   writer.format("noop"))  # the streaming noop sink: foreachBatch would copy every row once more
-        writer.trigger(availableNow=True).start().awaitTermination()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        micro_batches[reader, limit] = sum(1 for p in query.recentProgress if p["numInputRows"])
 
     warm = min(200_000, end)  # warm-ups: the JIT compiles each reader's code first (endingId above the checkpoint
     for reader in ("gate", "gate_python"):                                                  # is refused)
@@ -276,6 +314,8 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
         for name, read in readers.items():
             runs[name].append(measure(name, end, read, tree, dc_cpu))
     figures.update({name: median_run(r) for name, r in runs.items()})
+    figures["spark_job_floor"] = spark_job_floor(spark, figures["gate_stream"]["seconds"],
+                                                 micro_batches["gate", True])
     scan = figures["plain_jdbc_scan"]
     if not args.readers_only:
         figures["jdbc_incremental_load"] = measure(
