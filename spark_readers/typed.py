@@ -77,7 +77,7 @@ def typed_table(settings: Settings, table: str) -> TypedTable:
             position = dc.start(settings.starting_id)
         typing = channel_typing(conn, login)
         columns = columns_at(conn, login.channel, db, name, position, dc.checkpoint())
-    clash = [c for c, _ in columns if c in META]
+    clash = [c for c, _ in columns if c.casefold() in META]  # Spark resolves names whatever their case
     if clash:
         raise InvalidValue(f"Table {table} has columns named like the stream's own ({', '.join(clash)}): read it "
                            'without the option "table".')

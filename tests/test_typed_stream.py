@@ -207,3 +207,18 @@ def test_an_alter_stops_the_stream_and_a_restart_continues_with_the_new_schema(
     with pytest.raises(Exception, match=r"Read up to it \(endingId=5\), then from it \(startingId=6\)"):
         batch.load().collect()
     assert [r.note for r in batch.option("startingId", 6).load().collect()] == ["n4", "n5"]
+
+
+@pytest.mark.parametrize("clash", ["_ts", "_Op"])
+def test_a_table_with_a_column_named_like_the_streams_own_is_refused(spark: SparkSession, sandbox: Sandbox,
+                                                                      unique_name: str, clash: str) -> None:
+    """A source column named like one of the typed stream's own (in any case: Spark resolves names whatever
+    their case, so `_Op` would be ambiguous with `_op`) is refused with the way out, not read wrong."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    create = ("shop", "c", "CREATETABLE", {"NEW": [
+        {"field_name": "id", "nullable": "No", "primary_key": "Yes", "data_type": "int"},
+        {"field_name": clash, "nullable": "Yes", "primary_key": "No", "data_type": "int"}]})
+    channel.write([[create], [("shop", "c", "INSERT", {"NEW": [{"id": "1"}, {clash: "2"}]})]])
+    with pytest.raises(Exception, match=rf"columns named like the stream's own \({clash}\): read it without"):
+        spark.read.format("gate").options(**login(dc, unique_name, table="shop.c")).load().collect()
