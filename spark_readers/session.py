@@ -125,11 +125,13 @@ def _local_disk(master: str) -> bool:
 def _user_sets(pattern: str) -> bool:
     """Whether the user's Spark settings (PYSPARK_SUBMIT_ARGS, spark-defaults.conf) name a setting that
     ``pattern`` (a regular expression) matches."""
-    if re.search(rf"(?<![\w.-])({pattern})(?![\w.-])", os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
-        return True  # the whole name: maxEntries2 or --driver-class-paths is another setting
+    # the whole name (maxEntriesX or --driver-class-paths is another setting), also as a -D system property
+    if re.search(rf"(?:(?<![\w.-])|(?<=-D))({pattern})(?![\w.-])", os.environ.get("PYSPARK_SUBMIT_ARGS", "")):
+        return True
     home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
     defaults = Path(os.environ.get("SPARK_CONF_DIR") or home / "conf") / "spark-defaults.conf"
-    return defaults.is_file() and re.search(rf"^\s*({pattern})\b", defaults.read_text(), re.MULTILINE) is not None
+    return defaults.is_file() and re.search(rf"^\s*({pattern})(?![\w.-])", defaults.read_text(),
+                                            re.MULTILINE) is not None
 
 
 @contextmanager

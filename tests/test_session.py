@@ -35,6 +35,8 @@ def test_a_session_gate_starts_keeps_a_thousand_generated_classes(spark: SparkSe
     ("--conf spark.sql.codegen.cache.maxEntriesX=50 pyspark-shell", None, False),
     ("--conf 'spark.sql.codegen.cache.maxEntries=50' pyspark-shell", None, True),
     ("--conf xspark.sql.codegen.cache.maxEntries=50 pyspark-shell", None, False),
+    ('--driver-java-options "-Dspark.sql.codegen.cache.maxEntries=50" pyspark-shell', None, True),
+    ("", "spark.sql.codegen.cache.maxEntries.x 50\n", False),
 ])
 def test_user_settings_are_found_in_submit_args_and_spark_defaults(submit_args: str, defaults: str | None,
                                                                    found: bool, tmp_path: Path,
