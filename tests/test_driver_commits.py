@@ -113,8 +113,9 @@ def test_columns_named_like_the_updates_own_are_merged(spark: SparkSession, sand
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        merged_by: str, typed: bool) -> None:
     """Source columns named key, alive, table, _gate_k0 and _gate_key, in a typed table and in one without a
-    CREATETABLE (text columns), through a build and a MERGE by the driver or by Spark. The update's own
-    columns used those names: its frames held two columns `key` and the MERGE failed (AMBIGUOUS_REFERENCE)."""
+    CREATETABLE (text columns), through a build, a MERGE by the driver or by Spark, and a rewrite after an ALTER
+    (the stored rows the history leaves alone, told from the changed ones by key). The update's own columns
+    used those names: its frames held two columns `key` and the MERGE failed (AMBIGUOUS_REFERENCE)."""
     if merged_by == "Apache-Spark":
         monkeypatch.setattr(ImageStore, "local_path", lambda self, relative: None)
     dc = make_channel(sandbox.dc, sandbox.source, unique_name)
@@ -140,10 +141,18 @@ def test_columns_named_like_the_updates_own_are_merged(spark: SparkSession, sand
     materialise_channel(spark, source, str(out), keys)
 
     assert engines(out / "shop" / "o") == [merged_by]
-    extra = {"_invalid": None} if typed else {}
+    invalid = {"_invalid": None} if typed else {}
     assert sorted(delta_rs_rows(out / "shop" / "o"), key=lambda r: int(r["id"])) == [
-        {"id": key if typed else str(key), **{name: f"{name}{version}" for name in names}, **extra}
+        {"id": key if typed else str(key), **{name: f"{name}{version}" for name in names}, **invalid}
         for key, version in ((1, 9), (3, 3), (4, 4))]
+
+    alter = ("shop", "o", "ALTERTABLE", {"ADDCOLUMN": [{"field_name": "extra", "data_type": "varchar(5)"}],
+                                         "SQL": "ALTER TABLE o ADD extra VARCHAR(5)"})
+    channel.write([[alter], [("shop", "o", "UPDATE", {"NEW": [*image(3, 8), {"extra": "x"}], "OLD": image(3, 3)})]])
+    materialise_channel(spark, source, str(out), keys)
+    assert sorted(delta_rs_rows(out / "shop" / "o"), key=lambda r: int(r["id"])) == [
+        {"id": key if typed else str(key), **{name: f"{name}{version}" for name in names}, "extra": extra,
+         **invalid} for key, version, extra in ((1, 9, None), (3, 8, "x"), (4, 4, None))]
 
 
 @pytest.mark.parametrize("merged_by", ["delta-rs", "Apache-Spark"])
