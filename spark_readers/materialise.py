@@ -60,7 +60,7 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from spark_readers import driver_commits
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
-from spark_readers.image import Commit, Image, ImageStore, TableImage, committed, committing
+from spark_readers.image import STATE, Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import (
     ALIVE,
     IDENTITY,
@@ -284,9 +284,18 @@ def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame
          .whenNotMatchedInsert(condition=alive, values=values).execute())
 
 
+def _home(table: TableLife) -> str:
+    """The folder a table's latest name gives: DB/TABLE, and DB~2/TABLE for a database named like the image's
+    state (:data:`STATE`), whose tables would be inside the state's Delta table (a VACUUM of the state would
+    delete their files)."""
+    db, name = table.epochs[-1].name
+    return f"{db}~2/{name}" if db == STATE else f"{db}/{name}"
+
+
 def _folder(table: TableLife, taken: set[str]) -> str:
-    """The folder of a table written anew: DB/TABLE, or DB/TABLE~N when another table of the image has it."""
-    base = "/".join(table.epochs[-1].name)
+    """The folder of a table written anew: :func:`_home`, or that with ~N when another table of the image has
+    it."""
+    base = _home(table)
     path, serial = base, 1
     while path in taken:
         serial += 1
@@ -364,7 +373,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
                 changed = F.broadcast(changed)
             frame = _stored_rows(spark, store, table, final, names[0], defaults, changed, typed).unionByName(frame)
         own = table.stored.path if table.stored else None
-        path = own if own == "/".join(table.epochs[-1].name) else _folder(table, taken)
+        path = own if own == _home(table) else _folder(table, taken)
         taken.add(path)
         url = store.url(path)
         with_deletion_vectors(spark, url)

@@ -287,3 +287,32 @@ def test_the_history_is_read_in_partitions_of_bounded_rows(spark: SparkSession, 
     assert cached == [before + 1]  # the micro-batch, not a second copy of it
     assert len(deltalake.DeltaTable(str(tmp_path / "from_15" / "shop" / "t")).file_uris()) == 2  # not 21 / 5
     assert sorted(int(r["id"]) for r in delta_rs_rows(tmp_path / "from_15" / "shop" / "t")) == list(range(14, 21))
+
+
+def test_a_database_named_like_the_images_state_gets_a_folder_beside_it(spark: SparkSession, sandbox: Sandbox,
+                                                                         unique_name: str, tmp_path: Path) -> None:
+    """A source database named _gate: its tables go to _gate~2/TABLE, not inside the state's Delta table
+    (_gate), where a VACUUM of the state would delete their files; the folder stays through a MERGE and a
+    rewrite after an ALTER."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    channel.write([[(STATE, "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("v", "int", False)]}),
+                    *[(STATE, "t", "INSERT", {"NEW": [{"id": str(i)}, {"v": str(i)}]}) for i in (1, 2)]]])
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    assert json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())[
+        "tables"][f"{STATE}.t"]["path"] == f"{STATE}~2/t"
+    assert sorted(p.name for p in (out / STATE).iterdir() if p.is_dir()) == ["_delta_log"]
+
+    channel.write([[(STATE, "t", "INSERT", {"NEW": [{"id": "3"}, {"v": "3"}]})]])
+    materialise_channel(spark, source, str(out))  # a MERGE
+    channel.write([[(STATE, "t", "ALTERTABLE", {"ADDCOLUMN": [{"field_name": "w", "data_type": "int"}],
+                                                "SQL": "ALTER TABLE t ADD w INT"})],
+                   [(STATE, "t", "INSERT", {"NEW": [{"id": "4"}, {"v": "4"}, {"w": "40"}]})]])
+    materialise_channel(spark, source, str(out))  # a rewrite
+    image = json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())
+    assert image["tables"][f"{STATE}.t"]["path"] == f"{STATE}~2/t"
+    assert sorted((r["id"], r["v"], r["w"]) for r in delta_rs_rows(out / f"{STATE}~2" / "t")) == [
+        (1, 1, None), (2, 2, None), (3, 3, None), (4, 4, 40)]
+    assert sorted(p.name for p in (out / STATE).iterdir() if p.is_dir()) == ["_delta_log"]
