@@ -158,10 +158,33 @@ class History:
             self.channel.write([[self.change() for _ in range(min(10, count - i))] for i in range(0, count, 10)])
 
 
-def measure(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, dc_cpu: Callable[[], float]
-            ) -> dict[str, Any]:
-    """One run of ``run``: its wall time, the CPU seconds of the driver's process tree and of the DC server."""
+class OldGen:
+    """The JVM's old generation (G1 Old Gen in local mode, where the driver's JVM runs the tasks): what a read
+    keeps alive longer than a few young collections lands there, so its growth during a read tells a reader
+    that holds a bounded chunk from one that holds the batch. Collected (System.gc) before each read."""
+
+    def __init__(self, spark: Any) -> None:
+        factory = spark._jvm.java.lang.management.ManagementFactory
+        self.runtime = spark._jvm.java.lang.System
+        self.pool = next(p for p in factory.getMemoryPoolMXBeans() if "Old Gen" in p.getName())
+        self.base = 0
+
+    def start(self) -> None:
+        self.runtime.gc()
+        self.pool.resetPeakUsage()
+        self.base = self.pool.getUsage().getUsed()
+
+    def growth_mb(self) -> float:
+        return round((self.pool.getPeakUsage().getUsed() - self.base) / 2**20, 1)
+
+
+def measure(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, dc_cpu: Callable[[], float],
+            old_gen: OldGen | None = None) -> dict[str, Any]:
+    """One run of ``run``: its wall time, the CPU seconds of the driver's process tree and of the DC server,
+    and with ``old_gen`` the JVM old generation's growth during it."""
     tree.reset_worker_peak()
+    if old_gen:
+        old_gen.start()
     before, cpu, dc, load = machine_busy(), tree.cpu_seconds(), dc_cpu(), psutil.getloadavg()[0]
     start = time.perf_counter()
     run()
@@ -174,6 +197,8 @@ def measure(name: str, rows: int, run: Callable[[], Any], tree: DriverTree, dc_c
                "dc_cpu_s": round(dc_s, 1), "dc_cpu_us_per_row": round(dc_s / rows * 1e6, 1),
                "peak_python_worker_rss_mb": round(tree.worker_peak / 2**20),
                "machine_busy_pct": busy, "load_average": load}
+    if old_gen:
+        figures["jvm_old_gen_growth_mb"] = old_gen.growth_mb()
     print(name, json.dumps(figures), flush=True)
     return figures
 
@@ -195,12 +220,13 @@ def table(figures: dict[str, Any]) -> str:
     """The readers side by side, with ratios against the plain scan of the same run."""
     scan = figures["plain_jdbc_scan"]
     lines = [f"{'reader':<24}{'rows/s':>10}{'x scan':>8}{'CPU us/row':>12}{'x scan':>8}{'DC us/row':>11}"
-             f"{'worker MB':>11}"]
+             f"{'worker MB':>11}{'old gen MB':>12}"]
     for name in (n for n in READERS if n in figures):
         f = figures[name]
         lines.append(f"{name:<24}{f['rows_per_s']:>10,}{f['rows_per_s'] / scan['rows_per_s']:>8.2f}"
                      f"{f['cpu_us_per_row']:>12.1f}{f['cpu_us_per_row'] / scan['cpu_us_per_row']:>8.2f}"
-                     f"{f['dc_cpu_us_per_row']:>11.1f}{f['peak_python_worker_rss_mb']:>11}")
+                     f"{f['dc_cpu_us_per_row']:>11.1f}{f['peak_python_worker_rss_mb']:>11}"
+                     f"{f.get('jvm_old_gen_growth_mb', ''):>12}")
     floor = figures.get("spark_job_floor")
     if floor:
         lines.append(f"Spark's own cost of a job here: {floor['one_row_job_s']} s; gate_stream ran "
@@ -276,6 +302,7 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     tree.start()
     spark = spark_session("local[2]")
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")  # every micro-batch is counted
+    old_gen = OldGen(spark)
     source = ChannelSource(dc, "bench")
     options = {"channel": "bench", "host": dc.host, "port": str(dc.port), "user": dc.user,
                "partitions": str(args.partitions)}
@@ -316,7 +343,7 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in readers}
     for _ in range(args.repeat):  # in rounds, so that a change in the machine's load falls on every reader
         for name, read in readers.items():
-            runs[name].append(measure(name, end, read, tree, dc_cpu))
+            runs[name].append(measure(name, end, read, tree, dc_cpu, old_gen))
     figures.update({name: median_run(r) for name, r in runs.items()})
     figures["spark_job_floor"] = spark_job_floor(spark, figures["gate_stream"]["seconds"],
                                                  micro_batches["gate", True])
