@@ -3,7 +3,8 @@
 Layout of an image directory ``OUT`` (a local path or any Hadoop file system URL)::
 
     OUT/_gate/        Delta table of one row, ``image``: the image's JSON (below); one commit per update
-    OUT/DB/TABLE/     Delta table of one source table (a folder ``DB/TABLE~2`` when that name is taken)
+    OUT/DB/TABLE/     Delta table of one source table (a folder ``DB/TABLE~2`` when that name is taken, and
+                      ``_gate~2/TABLE`` for a source database named ``_gate``)
 
 The image's JSON is ``{"format": 3, "channel": C, "watermark": {"id": I, "tid": T}, "keys": {...},
 "generation": G, "typing": {"timezone": Z, "binary_format": B, "as_text": [...]} | null, "tables":

@@ -293,9 +293,13 @@ def _home(table: TableLife) -> str:
 
 
 def _folder(table: TableLife, taken: set[str]) -> str:
-    """The folder of a table written anew: :func:`_home`, or that with ~N when another table of the image has
-    it."""
+    """The folder of a table written anew: its stored one when that is :func:`_home` or _home~N (a table that
+    found its home taken keeps the folder it got), else :func:`_home`, or that with ~N when another table of
+    the image has it."""
     base = _home(table)
+    own = table.stored.path if table.stored else None
+    if own is not None and re.fullmatch(rf"{re.escape(base)}(~[0-9]+)?", own):
+        return own
     path, serial = base, 1
     while path in taken:
         serial += 1
@@ -372,8 +376,7 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
             if table.key not in stats() or stats()[table.key].touched <= BROADCAST_KEYS:  # no shuffle of the stored rows
                 changed = F.broadcast(changed)
             frame = _stored_rows(spark, store, table, final, names[0], defaults, changed, typed).unionByName(frame)
-        own = table.stored.path if table.stored else None
-        path = own if own == _home(table) else _folder(table, taken)
+        path = _folder(table, taken)
         taken.add(path)
         url = store.url(path)
         with_deletion_vectors(spark, url)

@@ -28,6 +28,7 @@ from spark_readers.image import STATE, ImageStore
 from spark_readers.materialise import ImageUpdater, materialise_channel
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf
 from tests.replay import make_channel
+from tests.test_images import state
 
 DEFAULT_DV = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
@@ -301,8 +302,7 @@ def test_a_database_named_like_the_images_state_gets_a_folder_beside_it(spark: S
     source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
     out = tmp_path / "image"
     materialise_channel(spark, source, str(out))
-    assert json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())[
-        "tables"][f"{STATE}.t"]["path"] == f"{STATE}~2/t"
+    assert state(out)["tables"][f"{STATE}.t"]["path"] == f"{STATE}~2/t"
     assert sorted(p.name for p in (out / STATE).iterdir() if p.is_dir()) == ["_delta_log"]
 
     channel.write([[(STATE, "t", "INSERT", {"NEW": [{"id": "3"}, {"v": "3"}]})]])
@@ -311,8 +311,31 @@ def test_a_database_named_like_the_images_state_gets_a_folder_beside_it(spark: S
                                                 "SQL": "ALTER TABLE t ADD w INT"})],
                    [(STATE, "t", "INSERT", {"NEW": [{"id": "4"}, {"v": "4"}, {"w": "40"}]})]])
     materialise_channel(spark, source, str(out))  # a rewrite
-    image = json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())
-    assert image["tables"][f"{STATE}.t"]["path"] == f"{STATE}~2/t"
+    assert state(out)["tables"][f"{STATE}.t"]["path"] == f"{STATE}~2/t"
     assert sorted((r["id"], r["v"], r["w"]) for r in delta_rs_rows(out / f"{STATE}~2" / "t")) == [
         (1, 1, None), (2, 2, None), (3, 3, None), (4, 4, 40)]
     assert sorted(p.name for p in (out / STATE).iterdir() if p.is_dir()) == ["_delta_log"]
+
+
+def test_a_table_that_found_its_folder_taken_keeps_the_one_it_got(spark: SparkSession, sandbox: Sandbox,
+                                                                   unique_name: str, tmp_path: Path) -> None:
+    """shop.t renamed to shop.t_old keeps the folder shop/t; a new shop.t gets shop/t~2, and keeps it when an
+    ALTER rewrites it (it moved to shop/t~3, leaving its rows in a folder the image no longer names)."""
+    channel, source = twenty_rows(sandbox, unique_name)
+    out = tmp_path / "image"
+    materialise_channel(spark, source, str(out))
+    rename = {"RENAME": [{"from": {"dbname": "shop", "tablename": "t"}, "to": {"dbname": "shop", "tablename": "t_old"}}]}
+    channel.write([[("shop", "t", "RENAME", rename)],
+                   [("shop", "t", "CREATETABLE", {"NEW": [_column("id", "int", True), _column("w", "int", False)]}),
+                    ("shop", "t", "INSERT", {"NEW": [{"id": "1"}, {"w": "5"}]})]])
+    materialise_channel(spark, source, str(out))
+    paths = {name: t["path"] for name, t in state(out)["tables"].items()}
+    assert paths == {"shop.t_old": "shop/t", "shop.t": "shop/t~2"}
+
+    channel.write([[("shop", "t", "ALTERTABLE", {"ADDCOLUMN": [{"field_name": "x", "data_type": "int"}],
+                                                 "SQL": "ALTER TABLE t ADD x INT"})],
+                   [("shop", "t", "INSERT", {"NEW": [{"id": "2"}, {"w": "6"}, {"x": "7"}]})]])
+    materialise_channel(spark, source, str(out))
+    assert state(out)["tables"]["shop.t"]["path"] == "shop/t~2"
+    assert sorted((r["id"], r["w"], r["x"]) for r in delta_rs_rows(out / "shop" / "t~2")) == [(1, 5, None), (2, 6, 7)]
+    assert len(delta_rs_rows(out / "shop" / "t")) == 20
