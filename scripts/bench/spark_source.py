@@ -37,9 +37,10 @@ The table images (an incremental update against a rebuild) are measured by scrip
 
 Prints rows/s, seconds, the CPU seconds of the driver's process tree (Python, the JVM and its Python
 workers; not the MariaDB servers) and per row, the DC server's CPU seconds and per row (the two share the
-machine's cores), the peak RSS of one Python worker, the load average
-and the machine's CPU use during each measurement, then the readers side by side as ratios against
-the plain scan of the same run (other work on the machine skews wall times; ratios less so).
+machine's cores), the peak RSS of one Python worker, the JVM old generation's growth (collected before
+each read), the load average and the machine's CPU use during each measurement, then the readers side by
+side as ratios against the plain scan of the same run (other work on the machine skews wall times; ratios
+less so).
 ``--skip-python`` leaves the two Python readers out (they take 10 times longer).
 """
 
@@ -163,14 +164,22 @@ class OldGen:
     keeps alive longer than a few young collections lands there, so its growth during a read tells a reader
     that holds a bounded chunk from one that holds the batch. Collected (System.gc) before each read."""
 
-    def __init__(self, spark: Any) -> None:
-        factory = spark._jvm.java.lang.management.ManagementFactory
-        self.runtime = spark._jvm.java.lang.System
-        self.pool = next(p for p in factory.getMemoryPoolMXBeans() if "Old Gen" in p.getName())
+    def __init__(self, pool: Any, runtime: Any) -> None:
+        self.pool = pool
+        self.runtime = runtime
         self.base = 0
+
+    @classmethod
+    def of(cls, spark: Any) -> OldGen | None:
+        """The JVM's old generation (G1's, Parallel's, generational ZGC's); None under a collector without one
+        named so (Serial's Tenured Gen, single-generation ZGC, Shenandoah): the figure is then left out."""
+        pools = spark._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+        pool = next((p for p in pools if "Old Gen" in p.getName()), None)
+        return cls(pool, spark._jvm.java.lang.System) if pool is not None else None
 
     def start(self) -> None:
         self.runtime.gc()
+        time.sleep(0.25)  # the driver tree's CPU is sampled every 0.1 s: the collection's falls before the read
         self.pool.resetPeakUsage()
         self.base = self.pool.getUsage().getUsed()
 
@@ -302,7 +311,7 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     tree.start()
     spark = spark_session("local[2]")
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")  # every micro-batch is counted
-    old_gen = OldGen(spark)
+    old_gen = OldGen.of(spark)
     source = ChannelSource(dc, "bench")
     options = {"channel": "bench", "host": dc.host, "port": str(dc.port), "user": dc.user,
                "partitions": str(args.partitions)}
