@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 from gate.common.config import ServerConfig, check_identifier
 from spark_readers.delta import SETTINGS as DELTA_SETTINGS
 from spark_readers.delta import delta_jars
+from spark_readers.gate_format import register
 from spark_readers.jvm_source import source_jar
-from spark_readers.source import register
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
@@ -71,7 +71,7 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
                   jars: str = MARIADB_JAR) -> SparkSession:
     """Get or create the session: Connector/J, the JVM ``format("gate")`` and Delta Lake on the classpath, UTC
     session time zone, no UI, Delta's log replays in at most one task per core, ``format("gate")`` registered
-    (spark_readers.source.register).
+    (spark_readers.gate_format.register).
 
     A session that starts its JVM keeps 1,000 generated classes (:data:`CODEGEN_CACHE`) unless the user set
     that number. A local master without spark-submit also gets the ``file:`` file system of :data:`LOCAL_DISK` (Hadoop's,

@@ -1,6 +1,7 @@
 """gate as a Spark data source in Python: ``format("gate_python")``, and ``format("gate")`` where the JVM
 source (spark_readers/jvm, the same reads in Java) is not on the classpath; typed reads (option table) of
-either name come here (see :func:`register`).
+either name come to the readers of this module or spark_readers.typed (spark_readers.gate_format is the
+data source Spark sees, and registers them).
 
 Offsets are transfer_data ids (``{"id": N}``: every row up to N has been read). A batch or a micro-batch
 reads ``(start, end]`` with ``end`` never above the channel's checkpoint and always the last row of a
@@ -30,18 +31,16 @@ from typing import Any
 import pyarrow as pa
 import pymysql
 from py4j.protocol import Py4JJavaError
-from pyspark import SparkFiles
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
 from gate.common.config import Secret, ServerConfig, check_identifier, load_config
 from gate.common.connection import open_connection
 from gate.common.dc import describe_retention, purged_through, require_at_most_checkpoint
 from gate.common.errors import ConfigError, CursorExpiredError, InvalidValue, RowsMissing
 from gate.common.tls import TlsSettings
-from spark_readers.rows import ROW_SCHEMA, to_batch
+from spark_readers.rows import to_batch
 
 NAME = "gate"
 PYTHON_NAME = "gate_python"  # this source's name where the JVM one has "gate" (see register)
@@ -326,50 +325,6 @@ class GateStreamReader(_Ranges, DataSourceStreamReader, SupportsTriggerAvailable
                 dc.register(self.settings.consumer, int(end["id"]))
 
 
-class GateDataSource(DataSource):
-    """``format("gate")``: a channel's transfer_data rows, parsed (see the module docstring)."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.settings = settings(options)
-        self.typed: Any = None  # with option table: its spark_readers.typed_rows.TypedTable, once known
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> StructType:
-        if self.settings.table is None:
-            return ROW_SCHEMA
-        from spark_readers.typed import typed_table  # noqa: PLC0415 (it imports this module)
-
-        self.typed = typed_table(self.settings, self.settings.table)
-        return self.typed.schema()
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        if self.settings.table is None:
-            return GateBatchReader(self.settings)
-        from spark_readers.typed import TypedBatchReader, planned_table  # noqa: PLC0415
-
-        return TypedBatchReader(self.settings, planned_table(self.settings, self.typed, schema))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if self.settings.table is None:
-            return GateStreamReader(self.settings)
-        from spark_readers.typed import TypedStreamReader, planned_table  # noqa: PLC0415
-
-        return TypedStreamReader(self.settings, planned_table(self.settings, self.typed, schema))
-
-
-class PythonGateSource(GateDataSource):
-    """This source under the name ``gate_python``: where the JVM ``format("gate")`` is on the classpath it
-    serves its typed reads (option table), and it reads untyped where a PEM client certificate is needed."""
-
-    @classmethod
-    def name(cls) -> str:
-        return PYTHON_NAME
-
-
 def jvm_source(spark: SparkSession) -> bool:
     """Whether Spark finds the JVM ``format("gate")`` (spark_readers/jvm) on the session's classpath: its
     ServiceLoader provider takes the name before any Python data source (DataSource.lookupDataSource)."""
@@ -381,29 +336,3 @@ def jvm_source(spark: SparkSession) -> bool:
     except Py4JJavaError:  # no provider of that name yet
         return False
     return bool(found.getName() == JVM_PROVIDER)
-
-
-def register(spark: SparkSession) -> None:
-    """Make ``format("gate")`` known to ``spark`` (once per session): the JVM source where its jar is on the
-    classpath (spark_readers.jvm_source), else this one; this one is ``format("gate_python")`` in both cases.
-
-    The zips of ``--py-files`` (``spark.submit.pyFiles``) go first on the PYTHONPATH of the source's
-    Python processes: the one Spark starts on the driver for a streaming query looks for them in a
-    directory of its own where they are not (Spark 4.x), so without this it fails to import the source
-    (``No module named 'spark_readers'``), or imports another installed copy of gate. Executors, which
-    find the zips themselves, ignore the driver's paths."""
-    context = spark.sparkContext
-    shipped = [os.path.join(SparkFiles.getRootDirectory(), name) for name in context._python_includes or []]
-    environment = context.environment
-    before = environment.get("PYTHONPATH")
-    if shipped:  # the environment the source's processes get is taken from the session's now
-        environment["PYTHONPATH"] = os.pathsep.join([*shipped, *([before] if before else [])])
-    try:
-        spark.dataSource.register(PythonGateSource)
-        if not jvm_source(spark):
-            spark.dataSource.register(GateDataSource)
-    finally:
-        if before is None:
-            environment.pop("PYTHONPATH", None)
-        else:
-            environment["PYTHONPATH"] = before

@@ -27,12 +27,11 @@ from gate.common.errors import (
     MissingPrivileges,
     SchemaVersionError,
 )
+from gate.common.retry import CHANNEL_PRIVILEGES
 from gate.common.tls import TlsSettings
 
 GATE_VERSION = "0.1.0"
 CHANNEL_COMMENT = "gate channel"  # the comment of every channel database gate creates
-# what gate does in a channel database; the DC user needs them before a channel is created
-CHANNEL_PRIVILEGES = ("CREATE", "DROP", "SELECT", "INSERT", "UPDATE", "DELETE")
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ _PRIVILEGES = frozenset({1044, 1142, 1143, 1227})
 _READ_ONLY = frozenset({1290, 1836})
 _ACCOUNT = re.compile(r"user '([^']*)'@'([^']*)'")
 _NEEDED = re.compile(r"the ([A-Z ,]+?) privilege")
-# what gate does on each kind of server (the DC's list is dc.CHANNEL_PRIVILEGES)
+# what gate does on each kind of server: the source's, and the DC's in a channel database (the DC user
+# needs them before a channel is created)
 SOURCE_PRIVILEGES = "REPLICATION SLAVE, BINLOG MONITOR, SELECT"
+CHANNEL_PRIVILEGES = ("CREATE", "DROP", "SELECT", "INSERT", "UPDATE", "DELETE")
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -64,8 +66,6 @@ def _fix(code: int, text: str, role: str, server: ServerConfig, database: str | 
                "shows as that user)")
     if code in _PRIVILEGES:
         if role == "DC":
-            from gate.common.dc import CHANNEL_PRIVILEGES  # dc builds on this module
-
             target = f"`{database}`.*" if database else "the channel's database"
             return (f"Grant gate's DC user what it needs in the channel's database, on the DC server: GRANT "
                     f"{', '.join(CHANNEL_PRIVILEGES)} ON {target} TO {account}.")
