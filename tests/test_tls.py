@@ -19,7 +19,7 @@ from gate.cli import main
 from gate.common.config import ChannelDefaults
 from gate.common.connection import connect, tls_status
 from gate.common.dc import ChannelSettings, create_channel
-from gate.common.errors import ServerRefused, TlsFailed
+from gate.common.errors import TlsFailed
 from gate.common.tls import TlsSettings
 from gate.consume.client import Consumer
 from gate.consume.link import dc_engine
@@ -207,7 +207,12 @@ def test_refused_create_writes_nothing(gate: Gate, box: Sandbox, tmp_path: Path)
     assert result.output.startswith(f"error: The source server {box.source.address} presented a certificate that "
                                     f"{stranger.cert} did not sign")
     plain = gate("channel", "create", "tlsbad", "--source", box.source.address, "--source-tls-mode", "disabled")
-    assert plain.exit_code == 3 and "a server with require_secure_transport=ON refuses every login" in plain.output
+    assert plain.exit_code == 3
+    assert plain.output.startswith(
+        f"error: The source server {box.source.address} accepts only TLS connections (require_secure_transport=ON), and "
+        "gate's TLS mode for it is disabled: it refused the plaintext login of user 'root' ([1045] Access denied for user "
+        "'root'@'127.0.0.1' (using password: NO)), and accepts the same login over TLS. Set gate's TLS mode for it to "
+        "verify-identity (with the CA file that signed the server's certificate), verify-ca or required.")
     with box.dc.connect() as conn, conn.cursor() as cur:
         assert cur.execute("SHOW DATABASES LIKE 'tlsbad'") == 0
 
@@ -218,9 +223,18 @@ def test_x509_account_needs_its_client_certificate(box: Sandbox, gate: Gate) -> 
         cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'x509'@'127.0.0.1'")
     ca = str(box.tls_dir / "ca.pem")
     account = replace(box.source.config(), user="x509")
-    with pytest.raises(ServerRefused, match="If the account was created REQUIRE X509 it also needs a client "
-                                               "certificate and key in gate's TLS settings of this server."):
+    with pytest.raises(TlsFailed) as refused:
         connect(account, "source")
+    assert str(refused.value) == (
+        f"The source server {box.source.address} asked for a client certificate in the TLS handshake, gate's TLS "
+        "settings of it have none, and it refused user 'x509' ([1045] Access denied for user 'x509'@'127.0.0.1' (using "
+        "password: NO)): so MariaDB refuses an account created REQUIRE X509 (or REQUIRE ISSUER or SUBJECT) that presents "
+        "no certificate. Give gate the account's client certificate and key (--source-tls-cert and --source-tls-key). "
+        "If the account requires no certificate, the user or password is wrong: check the source credentials (password "
+        "via an ${ENV} reference).")
+    nocert = gate("check-source", box.source.address, "--user", "x509", "--tls-mode", "verify-identity", "--tls-ca",
+                  str(box.tls_dir / "ca.pem"))
+    assert nocert.exit_code == 3 and "asked for a client certificate in the TLS handshake" in nocert.output
     certified = replace(account, tls=TlsSettings("verify-identity", ca, str(box.tls_dir / "client.pem"),
                                                   str(box.tls_dir / "client-key.pem")))
     with connect(certified, "source") as conn, conn.cursor() as cur:

@@ -1,7 +1,10 @@
 """The one place gate opens MySQL connections: every PyMySQL connection (also the binlog stream's, the
 snapshot readers', the sandbox's and format("gate")'s) is made here, from :meth:`ServerConfig.connect_args`
 with the server's TLS settings. TLS failures become :class:`TlsFailed` with what to fix; retrying never
-helps them, so no caller mistakes them for an unreachable server.
+helps them, so no caller mistakes them for an unreachable server. A refused login (1045) is one when what
+the server shows says so: a plaintext login it accepts over TLS (require_secure_transport=ON, or an account
+REQUIRE SSL), or a TLS login without a client certificate after the server asked for one (an account
+REQUIRE X509 is refused so).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import pymysql
 from gate.common.config import ServerConfig
 from gate.common.errors import ConnectionFailed, ServerRefused, TlsFailed
 from gate.common.retry import UNREACHABLE, error_code, is_transient, refusal
-from gate.common.tls import RecordingContext, describe_peer, peer_names
+from gate.common.tls import RecordingContext, TlsSettings, describe_peer, peer_names
 
+_ER_ACCESS_DENIED = 1045
 _CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: TLS required and the server offers none
 _ER_SECURE_TRANSPORT_REQUIRED = (3159, 4036)  # MySQL, MariaDB: require_secure_transport refuses plaintext
 _NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
@@ -48,7 +52,7 @@ def _open(server: ServerConfig, role: str, arguments: dict[str, Any]) -> pymysql
     try:
         return pymysql.connect(**arguments)
     except pymysql.err.OperationalError as exc:
-        failure = _tls_failure(exc, server, role)
+        failure = _tls_failure(exc, server, role) or _tls_login_failure(exc, server, role, arguments.get("ssl"))
         if failure is not None:
             raise failure from None
         raise
@@ -121,6 +125,55 @@ def _tls_failure(exc: pymysql.err.OperationalError, server: ServerConfig, role: 
                          f"for it is {server.tls.mode}. Set it to verify-identity (with the CA file that signed the "
                          "server's certificate), verify-ca or required.")
     return None
+
+
+def _tls_login_failure(exc: pymysql.err.OperationalError, server: ServerConfig, role: str,
+                       context: Any) -> TlsFailed | None:
+    """A refused login (1045) whose cause is TLS, as the server shows it; None for other errors and for a
+    refusal nothing shows to be about TLS (a wrong password, an unknown user)."""
+    if error_code(exc) != _ER_ACCESS_DENIED:
+        return None
+    where = f"The {role} server {server.address}"
+    answer = f"[1045] {exc.args[1] if len(exc.args) > 1 else exc}"
+    modes = ("Set gate's TLS mode for it to verify-identity (with the CA file that signed the server's certificate), "
+             "verify-ca or required.")
+    if server.tls.mode == "disabled":
+        secure_transport = _require_secure_transport(server)
+        if secure_transport is None:
+            return None
+        if secure_transport:
+            return TlsFailed(f"{where} accepts only TLS connections (require_secure_transport=ON), and gate's TLS mode "
+                             f"for it is disabled: it refused the plaintext login of user '{server.user}' ({answer}), "
+                             f"and accepts the same login over TLS. {modes}")
+        return TlsFailed(f"{where} accepts user '{server.user}' only over TLS (the account was created REQUIRE SSL), and "
+                         f"gate's TLS mode for it is disabled: it refused the plaintext login ({answer}), and accepts "
+                         f"the same login over TLS. {modes}")
+    if isinstance(context, RecordingContext) and context.certificate_asked and not server.tls.cert:
+        options = "tls.cert and tls.key of dc in config.yaml" if role == "DC" else f"--{role}-tls-cert and --{role}-tls-key"
+        return TlsFailed(f"{where} asked for a client certificate in the TLS handshake, gate's TLS settings of it have "
+                         f"none, and it refused user '{server.user}' ({answer}): so MariaDB refuses an account created "
+                         "REQUIRE X509 (or REQUIRE ISSUER or SUBJECT) that presents no certificate. Give gate the "
+                         f"account's client certificate and key ({options}). If the account requires no certificate, "
+                         f"the user or password is wrong: check the {role} credentials (password via an ${{ENV}} "
+                         "reference).")
+    return None
+
+
+def _require_secure_transport(server: ServerConfig) -> bool | None:
+    """The server's require_secure_transport, read by logging in as ``server``'s user over TLS (mode required:
+    the login that was refused in plaintext, now encrypted); None when that login fails too."""
+    probe = replace(server, tls=TlsSettings("required"))
+    try:
+        conn = pymysql.connect(**probe.connect_args(), connect_timeout=5)
+    except pymysql.err.MySQLError:
+        return None
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.require_secure_transport")
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    return bool(row and row[0])
 
 
 def _verification_message(server: ServerConfig, role: str, error: ssl.SSLCertVerificationError) -> str:

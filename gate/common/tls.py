@@ -23,15 +23,35 @@ VERIFYING = ("verify-ca", "verify-identity")
 ENCRYPTING = ("required", *VERIFYING)
 
 
+_HANDSHAKE, _CERTIFICATE_REQUEST = 22, 13  # TLS content type and handshake message type
+
+
 class RecordingContext(ssl.SSLContext):
-    """An SSL context that keeps the certificate of the last server it completed a handshake with."""
+    """An SSL context that keeps, of the last handshake it completed, the server's certificate and whether
+    the server asked for a client certificate (it does when it can verify them: ssl_ca set). The latter is
+    seen through CPython's message callback (``_msg_callback``, its debugging hook), during the handshake
+    only; a Python without it reports False."""
 
     peer: dict[str, Any] | None = None
+    certificate_asked = False
 
     def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
-        sock = super().wrap_socket(*args, **kwargs)
+        self.certificate_asked = False
+        watch = hasattr(self, "_msg_callback")
+        if watch:
+            setattr(self, "_msg_callback", self._note)  # noqa: B010 (a private hook: typeshed does not know it)
+        try:
+            sock = super().wrap_socket(*args, **kwargs)
+        finally:
+            if watch:
+                setattr(self, "_msg_callback", None)  # noqa: B010
         self.peer = sock.getpeercert() or None
         return sock
+
+    def _note(self, _conn: Any, direction: str, _version: Any, content_type: int, message_type: int,
+              _data: bytes) -> None:
+        if direction == "read" and content_type == _HANDSHAKE and message_type == _CERTIFICATE_REQUEST:
+            self.certificate_asked = True
 
 
 def peer_names(peer: dict[str, Any]) -> list[str]:
