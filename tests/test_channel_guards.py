@@ -17,7 +17,7 @@ from click.testing import Result
 
 import dc_schema
 from gate.devtools.sandbox import Sandbox, free_port
-from tests.test_channel_cli import create, dc_state, query, refused
+from tests.test_channel_cli import create, query, refused
 
 Gate = Callable[..., Result]
 
@@ -220,41 +220,46 @@ def test_key_rules_are_checked_whenever_the_capture_widens(gate: Gate, sandbox: 
             f"On the new source the column rule --mask '{db}.other.code' hits {db}.other.code, a primary-key column "
             "there: row images must keep their key to stay identifiable. Nothing was stored; narrow the rule first "
             f"('gate channel columns {unique_name} --clear', then the rules again) or deny the table.")
-    refused(gate, sandbox, ["snapshot", unique_name], 1,
-            f"Channel '{unique_name}' cannot snapshot every table asked for, so nothing was changed: the column rule "
-            f"--mask '{db}.other.code' hits {db}.other.code, a column of the key the snapshot pages on (narrow the "
-            f"rule). Fix the table or the rule and ask again, or request the others only ('gate snapshot {unique_name} "
-            "--table PATTERN').")
+    left_out = gate("snapshot", unique_name)
+    assert (left_out.exit_code, left_out.stderr) == (4, (
+        f"not requested: the column rule --mask '{db}.other.code' hits {db}.other.code, a column of the key the "
+        f"snapshot pages on (narrow the rule); then request it with 'gate snapshot {unique_name} --table "
+        f"{db}.other'\n"))
+    assert left_out.stdout == "no snapshot requested\n"
 
 
-def test_snapshots_of_tables_without_a_key_are_refused_at_request_time(
+def test_a_table_without_a_key_is_left_out_named_and_the_others_are_requested(
         gate: Gate, sandbox: Sandbox, unique_name: str, source_cursor: pymysql.cursors.Cursor) -> None:
+    """channel create --snapshot, channel filter --snapshot and gate snapshot do their work for every table
+    gate can snapshot, and name each other one on stderr with the fix, with exit status 4 (not 1)."""
     db = unique_name
     source_cursor.execute("CREATE TABLE keyed (id INT PRIMARY KEY)")
     source_cursor.execute("CREATE TABLE unique_ok (code INT NOT NULL, UNIQUE KEY (code))")
     source_cursor.execute("CREATE TABLE heap (v INT, w INT NULL, UNIQUE KEY (w))")  # a unique key on a NULL column
-    no_key = (f"{db}.heap has neither a primary key nor a unique key on NOT NULL columns (add one: ALTER TABLE "
-              f"{db}.heap ADD PRIMARY KEY (...))")
-    before = dc_state(sandbox)
-    result = gate("channel", "create", unique_name, "--source", sandbox.source.address, "--allow", f"{db}.*",
-                  "--snapshot")
-    assert (result.exit_code, result.stderr) == (1, (
-        f"error: Channel '{unique_name}' cannot snapshot every table asked for, so nothing was changed: {no_key}. Fix "
-        "the table or the rule and ask again, or create the channel without --snapshot and request the others with "
-        f"'gate snapshot {unique_name} --table PATTERN'.\n"))
-    assert dc_state(sandbox) == before
+    source_cursor.execute("CREATE TABLE log (v INT)")
+
+    def no_key(table: str) -> str:
+        return (f"not requested: {db}.{table} has neither a primary key nor a unique key on NOT NULL columns (add "
+                f"one: ALTER TABLE {db}.{table} ADD PRIMARY KEY (...)); then request it with 'gate snapshot "
+                f"{unique_name} --table {db}.{table}'\n")
+    result = gate("--json", "channel", "create", unique_name, "--source", sandbox.source.address, "--allow",
+                  f"{db}.*", "--snapshot")
+    assert (result.exit_code, result.stderr) == (4, f"source {sandbox.source.address}: does not offer TLS; gate connects "
+                                                    "in plaintext (TLS mode preferred)\n" + no_key("heap") + no_key("log"))
+    made = json.loads(result.stdout)["snapshot"]
+    assert [r["table"] for r in made["requested"]] == [f"{db}.keyed", f"{db}.unique_ok"]
+    assert [r["table"] for r in made["not_requested"]] == [f"{db}.heap", f"{db}.log"]
+    assert [r[1:] for r in snapshot_requests(sandbox, unique_name)] == [
+        (db, "keyed", "requested", "channel create"), (db, "unique_ok", "requested", "channel create")]
+    assert gate("channel", "drop", unique_name, "--yes").exit_code == 0
     create(gate, sandbox, unique_name, "--allow", f"{db}.keyed")
-    refused(gate, sandbox, ["channel", "filter", unique_name, "--allow", f"{db}.*", "--snapshot"], 1,
-            f"Channel '{unique_name}' cannot snapshot every table asked for, so nothing was changed: {no_key}. Fix the "
-            "table or the rule and ask again, or narrow the lists so that they leave the table out.")
-    assert gate("channel", "filter", unique_name, "--allow", f"{db}.*").exit_code == 0
-    refused(gate, sandbox, ["snapshot", unique_name], 1,
-            f"Channel '{unique_name}' cannot snapshot every table asked for, so nothing was changed: {no_key}. Fix the "
-            f"table or the rule and ask again, or request the others only ('gate snapshot {unique_name} --table "
-            "PATTERN').")
-    requested = gate("--json", "snapshot", unique_name, "--table", f"{db}.keyed", "--table", f"{db}.unique_ok")
-    assert [r["table"] for r in json.loads(requested.stdout)["requested"]] == [f"{db}.keyed", f"{db}.unique_ok"]
-    assert [r[1:3] for r in snapshot_requests(sandbox, unique_name)] == [(db, "keyed"), (db, "unique_ok")]
+    filtered = gate("channel", "filter", unique_name, "--allow", f"{db}.*", "--snapshot")
+    assert (filtered.exit_code, filtered.stderr) == (4, no_key("heap") + no_key("log"))
+    assert filtered.stdout.endswith(f"requested a snapshot of {db}.unique_ok (id 1)\nNo gate runs channel "
+                                    f"{unique_name} now: 'gate run {unique_name}' takes them up when it starts.\n")
+    asked = gate("snapshot", unique_name, "--table", f"{db}.heap")
+    assert (asked.exit_code, asked.stderr, asked.stdout) == (4, no_key("heap"), "no snapshot requested\n")
+    assert [r[1:3] for r in snapshot_requests(sandbox, unique_name)] == [(db, "unique_ok")]
 
 
 

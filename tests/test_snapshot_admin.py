@@ -74,7 +74,7 @@ def test_request_matches_patterns_reports_pending_and_refuses_unknown_ones(
         "channel": name, "reason": "gate snapshot", "requested": [{"id": 3, "table": f"{db}.a"}],
         "already_pending": [{"id": 1, "table": f"{db}.order_items", "state": "requested"},
                             {"id": 2, "table": f"{db}.orders", "state": "requested"}],
-        "gate_running": True}
+        "not_requested": [], "gate_running": True}
     assert text.stdout == (
         f"{db}.a already has a snapshot requested (id 3): not requested again\n"
         f"{db}.order_items already has a snapshot requested (id 1): not requested again\n"
@@ -148,7 +148,7 @@ def test_channel_create_and_filter_request_exactly_the_newly_captured_tables(
                                                 requested(5, db, "orders", "channel filter")]
     result = gate("--json", "channel", "filter", name, "--deny", f"{db}.orders", "--allow", "*.v", "--snapshot")
     assert json.loads(result.stdout)["snapshot"] == {"channel": name, "reason": "channel filter", "requested": [],
-                                                     "already_pending": [], "gate_running": False}
+                                                     "already_pending": [], "not_requested": [], "gate_running": False}
     assert gate("channel", "filter", name, "--allow", f"{db}.*", "--snapshot").stdout.endswith(
         "\n\nno snapshot requested: the new lists capture no table on the source that the old ones did not\n")
     gate("channel", "filter", name, "--clear", "--allow", f"{db}.a")  # narrowed: the requests stay
@@ -167,7 +167,7 @@ def test_channel_create_and_filter_request_exactly_the_newly_captured_tables(
     assert (created["channel"], created["allow"], created["snapshot"]) == (
         f"{name}_j", [f"{db}.order?items"], {"channel": f"{name}_j", "reason": "channel create",
                                             "requested": [{"id": 1, "table": f"{db}.order_items"}],
-                                            "already_pending": [], "gate_running": False})
+                                            "already_pending": [], "not_requested": [], "gate_running": False})
     assert snapshot_rows(sandbox, f"{name}_j") == [requested(1, db, "order_items", "channel create")]
     # the source's tables are read before anything is created: an unreachable source leaves nothing behind
     port = free_port()

@@ -96,20 +96,21 @@ def rule_problems(settings: ChannelSettings) -> list[Problem]:
         for rule in settings.columns if not any(matching([rule], *c[:3]) for c in columns)]
 
 
-def snapshot_refusals(source: ServerConfig, tables: Sequence[Table], rules: Sequence[ColumnRule]) -> list[str]:
-    """Why a snapshot of each of ``tables`` would be refused by 'gate run' (none for those it can read): no
+def snapshot_refusals(source: ServerConfig, tables: Sequence[Table],
+                      rules: Sequence[ColumnRule]) -> list[tuple[Table, str]]:
+    """Each of ``tables`` whose snapshot 'gate run' would refuse, with why (none for those it can read): no
     primary key nor unique key on NOT NULL columns to page on, or a column rule on that key."""
-    refusals: list[str] = []
+    refusals: list[tuple[Table, str]] = []
     if not tables:
         return refusals
     with dc.connect(source, "source") as conn, conn.cursor() as cur:
         for db, table in tables:
             key = choose_key(cur, db, table, read_columns(cur, db, table))
             if key is None:
-                refusals.append(f"{db}.{table} has neither a primary key nor a unique key on NOT NULL columns (add "
-                                f"one: ALTER TABLE {db}.{table} ADD PRIMARY KEY (...))")
+                refusals.append(((db, table), f"{db}.{table} has neither a primary key nor a unique key on NOT NULL "
+                                 f"columns (add one: ALTER TABLE {db}.{table} ADD PRIMARY KEY (...))"))
                 continue
             hits = [(column, matching(rules, db, table, column)) for column in key]
-            refusals += [f"the column rule {rules_[0].describe()} hits {db}.{table}.{column}, a column of the key the "
-                         "snapshot pages on (narrow the rule)" for column, rules_ in hits if rules_]
+            refusals += [((db, table), f"the column rule {rules_[0].describe()} hits {db}.{table}.{column}, a column of "
+                          "the key the snapshot pages on (narrow the rule)") for column, rules_ in hits if rules_]
     return refusals

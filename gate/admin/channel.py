@@ -104,7 +104,8 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
            consumer_max_idle_days: float | None = None,
            snapshot: bool = False) -> tuple[ChannelSettings, list[Problem], snapshots.SnapshotRequest | None]:
     """Create channel ``name``: validate, check the servers (unless ``check`` is False), create its DC database,
-    with ``snapshot`` a snapshot request for every table it captures on the source, all in one DC transaction.
+    with ``snapshot`` a snapshot request for every table it captures on the source that 'gate run' can
+    snapshot (the result names the others, with the fix), all in one DC transaction.
 
     A channel whose creation stopped part way is replaced. Returns the settings, the preflight's warnings
     and the snapshot requests.
@@ -137,9 +138,8 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
             if standby is not None:
                 warnings += require_server(standby, server_id, "standby", source)
         tables = captured(source_tables(source), settings.allow, settings.deny) if snapshot else []
-        snapshots.refuse_unreadable(settings, tables, "create the channel without --snapshot and request the "
-                                                      f"others with 'gate snapshot {name} --table PATTERN'")
-        requested = snapshots.SnapshotRequest(name, "channel create")
+        tables, refused = snapshots.split_unreadable(settings, tables)
+        requested = snapshots.SnapshotRequest(name, "channel create", refused=refused)
         try:
             dc.create_channel(conn, settings, lambda cur: snapshots.add_requests(cur, requested, tables))
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
@@ -303,7 +303,8 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
 
     Refused when a column rule hits a primary-key column of a table the new lists capture on the source.
     With ``snapshot``, requests a snapshot of each table on the source the new lists capture and the old
-    ones did not, in the DC transaction that stores the lists (refused when one cannot be snapshotted).
+    ones did not, in the DC transaction that stores the lists (one that cannot be snapshotted is not
+    requested: the result names it).
     """
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
@@ -320,9 +321,10 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
                 f"{name} --clear', then the rules again) or deny the table.")
         requested = None
         if snapshot:
-            tables = snapshots.newly_captured(source_tables(settings.source), before, settings)
-            snapshots.refuse_unreadable(settings, tables, "narrow the lists so that they leave the table out")
-            requested = snapshots.SnapshotRequest(name, "channel filter", running_gate=dc.lock_holder(conn, name))
+            tables, refused = snapshots.split_unreadable(
+                settings, snapshots.newly_captured(source_tables(settings.source), before, settings))
+            requested = snapshots.SnapshotRequest(name, "channel filter", running_gate=dc.lock_holder(conn, name),
+                                                  refused=refused)
             with conn.cursor() as cur:
                 snapshots.ensure_table(cur, name)
         conn.begin()

@@ -4,8 +4,10 @@ A request is a row of the channel's ``gate_snapshot`` table in state ``requested
 up (a running gate within a few seconds, else the next one when it starts), writes the table's current
 rows as SNAPSHOTSTART, SNAPSHOT and SNAPSHOTEND rows, and moves the row to ``running``, then ``done`` or
 ``cancelled``, counting the rows at or below the checkpoint. A table with a request that is requested or
-running is never requested a second time. Which tables there are comes from the source's
-information_schema (base tables, no views), filtered by the channel's allow and deny lists.
+running is never requested a second time. A table 'gate run' could not snapshot (no key to page on, a
+column rule on that key) is not requested: the others are, and the result names it with the fix. Which
+tables there are comes from the source's information_schema (base tables, no views), filtered by the
+channel's allow and deny lists.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from gate.admin.catalog import Table, captured, check_pattern, snapshot_refusals
 from gate.common import dc
 from gate.common.config import ServerConfig, check_identifier
 from gate.common.dc import ChannelSettings, q
-from gate.common.errors import InvalidValue, SnapshotRefused
+from gate.common.errors import InvalidValue
 
 TABLE = "gate_snapshot"
 ACTIVE = ("requested", "running")  # a table with a snapshot in one of these states gets no second request
@@ -33,17 +35,20 @@ _ER_NO_SUCH_TABLE = 1146
 
 @dataclass(frozen=True)
 class SnapshotRequest:
-    """What a request did: the snapshots it inserted, those it found already pending, and who takes them up."""
+    """What a request did: the snapshots it inserted, those it found already pending, the tables it left out
+    because 'gate run' could not snapshot them, and who takes the requests up."""
 
     channel: str
     reason: str
     requested: list[dict[str, Any]] = field(default_factory=list)  # id, table
     pending: list[dict[str, Any]] = field(default_factory=list)  # id, table, state: already requested or running
     running_gate: int | None = None  # DC connection of the gate running the channel, None if none runs it
+    refused: list[dict[str, Any]] = field(default_factory=list)  # table, reason (with the fix): not requested
 
     def as_dict(self) -> dict[str, Any]:
         return {"channel": self.channel, "reason": self.reason, "requested": self.requested,
-                "already_pending": self.pending, "gate_running": self.running_gate is not None}
+                "already_pending": self.pending, "not_requested": self.refused,
+                "gate_running": self.running_gate is not None}
 
 
 def ensure_table(cur: pymysql.cursors.Cursor, channel: str) -> None:
@@ -94,8 +99,8 @@ def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = ())
                 f"{list(settings.allow) or 'everything'}, deny {list(settings.deny)}), so there is nothing to "
                 "snapshot; nothing was requested. Create the tables first, or widen the filter with "
                 f"'gate channel filter {channel} --allow ...'.")
-        refuse_unreadable(settings, chosen, f"request the others only ('gate snapshot {channel} --table PATTERN')")
-        return _insert(conn, channel, chosen, "gate snapshot")
+        readable, refused = split_unreadable(settings, chosen)
+        return _insert(conn, channel, readable, "gate snapshot", refused)
 
 
 def newly_captured(tables: Iterable[Table], before: ChannelSettings, after: ChannelSettings) -> list[Table]:
@@ -105,19 +110,22 @@ def newly_captured(tables: Iterable[Table], before: ChannelSettings, after: Chan
     return [t for t in captured(tables, after.allow, after.deny) if t not in old]
 
 
-def refuse_unreadable(settings: ChannelSettings, tables: Sequence[Table], fix: str) -> None:
-    """Refuse snapshots of ``tables`` that 'gate run' would refuse, from the source's catalog and the
-    channel's column rules; ``fix``: how to request the others."""
+def split_unreadable(settings: ChannelSettings, tables: Sequence[Table]) -> tuple[list[Table], list[dict[str, Any]]]:
+    """``tables`` 'gate run' can snapshot, and those it would refuse (from the source's catalog and the
+    channel's column rules), each with why and the fix, as :attr:`SnapshotRequest.refused` lists them."""
     refusals = snapshot_refusals(settings.source, tables, settings.columns)
-    if refusals:
-        raise SnapshotRefused(
-            f"Channel '{settings.name}' cannot snapshot every table asked for, so nothing was changed: "
-            f"{'; '.join(refusals)}. Fix the table or the rule and ask again, or {fix}.")
+    reasons: dict[Table, list[str]] = {}
+    for table, reason in refusals:
+        reasons.setdefault(table, []).append(reason)
+    refused = [{"table": name_of(t), "reason": f"{'; '.join(why)}; then request it with 'gate snapshot "
+                f"{settings.name} --table {name_of(t)}'"} for t, why in reasons.items()]
+    return [t for t in tables if t not in reasons], refused
 
 
-def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], reason: str) -> SnapshotRequest:
+def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], reason: str,
+            refused: list[dict[str, Any]]) -> SnapshotRequest:
     """One request per table, in one DC transaction; tables with a requested or running snapshot are reported."""
-    result = SnapshotRequest(channel, reason, running_gate=dc.lock_holder(conn, channel))
+    result = SnapshotRequest(channel, reason, running_gate=dc.lock_holder(conn, channel), refused=refused)
     with conn.cursor() as cur:
         ensure_table(cur, channel)
         conn.begin()

@@ -12,7 +12,7 @@ from gate.admin import retention
 from gate.admin.preflight import describe_tls, tls_report
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, tls_options, warn
-from gate.cli.snapshot import describe_request
+from gate.cli.snapshot import describe_request, emit_request
 from gate.common.columns import MASK, parse_rules
 from gate.common.errors import InvalidValue, NotConfirmed
 from gate.common.tls import TlsOptions, given, tls_settings
@@ -97,10 +97,12 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     given with --source-password-env are stored as the reference ${VAR}, never as the value.
     --retain-days N makes 'gate run' remove rows older than N days that every registered consumer
     has read (default: none, every row is kept). With --snapshot, the channel also gets a snapshot
-    request for every table it captures on the source, so that 'gate run' writes the rows those
-    tables already hold, not only their changes from now on; a table without a primary key or a
-    unique key on NOT NULL columns is refused then. The channel and its requests are made in one DC
-    transaction: a create cut short (killed, or its DC failing) is completed by running it again. --source-tls-* and
+    request for every table it captures on the source, so that 'gate run' writes the rows those tables
+    already hold, not only their changes from now on; a table gate cannot snapshot (neither a primary key
+    nor a unique key on NOT NULL columns) is not requested: the channel is created, a "not requested:
+    ..." line on stderr names the table with the fix, and the exit status is 4. The channel and its
+    requests are made in one DC transaction: a create cut short (killed, or its DC failing) is completed
+    by running it again. --source-tls-* and
     --standby-tls-* set how gate's connections to each server use TLS (default: channel_defaults.tls);
     the channel stores the file paths, never their contents. The preflight reports, for each server,
     whether it offers TLS, the protocol and cipher negotiated and what was verified.
@@ -139,9 +141,9 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
         _print_channel(app, name)
         return
     data = channels.show(app.dc, name)
-    app.emit({**data, "snapshot": requested.as_dict()},
-             pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
-                                                                "table on the source yet"))
+    emit_request(app, {**data, "snapshot": requested.as_dict()},
+                 pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
+                                                                "table on the source yet"), requested)
 
 
 def _describe_gate(gate: dict[str, Any] | None) -> str | None:
@@ -260,7 +262,8 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     seconds, from its next transaction on; rows a newly allowed table held before are not captured,
     unless --snapshot: it requests a snapshot of each table on the source that the new lists capture
     and the old ones did not, and names them. New lists that capture a table whose primary-key column
-    a column rule matches are refused, as is a --snapshot of a table gate could not snapshot.
+    a column rule matches are refused; a --snapshot leaves out a table gate could not snapshot, naming
+    it on stderr ("not requested: ..."), with exit status 4.
 
     Example:
 
@@ -273,9 +276,9 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     if requested is None:
         app.emit(data, pairs(data))
         return
-    app.emit({**data, "snapshot": requested.as_dict()},
-             pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the new lists capture no "
-                                                                "table on the source that the old ones did not"))
+    nothing = "no snapshot requested: the new lists capture no table on the source that the old ones did not"
+    emit_request(app, {**data, "snapshot": requested.as_dict()}, pairs(data) + "\n\n" + describe_request(requested, nothing),
+                 requested)
 
 
 @channel.command(name="columns")

@@ -13,6 +13,9 @@ from gate.common.config import check_identifier
 from gate.common.errors import InvalidValue
 
 REFRESH_SECONDS = 0.5  # how often a terminal's progress bars read gate_snapshot again
+# exit status of a request that did its work but left out tables gate could not snapshot, each named on stderr
+# ("not requested: ...") and in --json's not_requested: not a failure (1, 2, 3), nothing to retry
+NOT_REQUESTED = 4
 
 
 def describe_request(result: snapshots.SnapshotRequest, nothing: str = "no snapshot requested") -> str:
@@ -21,7 +24,7 @@ def describe_request(result: snapshots.SnapshotRequest, nothing: str = "no snaps
     lines += [f"{r['table']} already has a snapshot {r['state']} (id {r['id']}): not requested again"
               for r in result.pending]
     if not result.requested:
-        return "\n".join(lines + ["no snapshot requested" if result.pending else nothing])
+        return "\n".join(lines + ["no snapshot requested" if result.pending or result.refused else nothing])
     if result.running_gate is not None:
         lines.append(f"The gate running channel {result.channel} (DC connection {result.running_gate}) takes "
                      "them up within a few seconds; 'gate snapshot "
@@ -30,6 +33,16 @@ def describe_request(result: snapshots.SnapshotRequest, nothing: str = "no snaps
         lines.append(f"No gate runs channel {result.channel} now: 'gate run {result.channel}' takes them up when "
                      "it starts.")
     return "\n".join(lines)
+
+
+def emit_request(app: App, data: dict[str, Any], text: str, result: snapshots.SnapshotRequest) -> None:
+    """Print what a command that requests snapshots did; each table left out goes to stderr as ``not
+    requested: ...`` (why, and the fix), and then the exit status is :data:`NOT_REQUESTED`."""
+    app.emit(data, text)
+    for left_out in result.refused:
+        click.echo(f"not requested: {left_out['reason']}", err=True)
+    if result.refused:
+        click.get_current_context().exit(NOT_REQUESTED)
 
 
 def _rows_cell(row: dict[str, Any]) -> str:
@@ -89,10 +102,13 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
     Without an option: requests a snapshot of every table the channel captures on its source (base
     tables of its information_schema that its allow and deny lists pass), or of those a --table pattern
     (db.table, wildcards * and ?) matches; a pattern matching no captured table is refused, naming the
-    captured tables, and nothing is requested. A table whose snapshot is already requested or running
-    is reported and not requested again. A running 'gate run' takes requests up within a few seconds,
-    else the next one when it starts; it writes a SNAPSHOTSTART row, one SNAPSHOT row per source row
-    and a SNAPSHOTEND row per table into transfer_data, between the changes it captures.
+    captured tables, and nothing is requested. A table whose snapshot is already requested or running is
+    reported and not requested again. A table gate cannot snapshot (neither a primary key nor a unique
+    key on NOT NULL columns, or a column rule on that key) is not requested: the others are, a "not
+    requested: ..." line on stderr names it with the fix, and the exit status is 4. A running 'gate run'
+    takes requests up within a few seconds, else the next one when it starts; it writes a SNAPSHOTSTART
+    row, one SNAPSHOT row per source row and a SNAPSHOTEND row per table into transfer_data, between the
+    changes it captures.
 
     --status shows each table's latest snapshot: id, state, reason, rows written at or below the
     checkpoint against the source's row estimate (its information_schema TABLE_ROWS when the table's
@@ -136,4 +152,4 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
                  f"channel {channel} has no snapshots")
     else:
         result = snapshots.request(app.dc, channel, patterns)
-        app.emit(result.as_dict(), describe_request(result))
+        emit_request(app, result.as_dict(), describe_request(result), result)

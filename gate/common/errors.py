@@ -164,10 +164,6 @@ class ColumnRuleRefused(GateError):
     """A column rule would remove or alter a primary-key column."""
 
 
-class SnapshotRefused(GateError):
-    """A table cannot be snapshotted as it is: no key to page on, or a column rule on that key."""
-
-
 class CursorExpiredError(GateError):
     """A reader asked for rows that retention has already removed from transfer_data."""
 
