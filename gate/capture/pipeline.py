@@ -558,8 +558,9 @@ class Pipeline:
                 time.sleep(0.5)
 
     def _reread_filter(self, translator: Translator, at: str) -> None:
-        """Apply the channel's allow and deny lists, column rules and health limits as stored now ('gate channel
-        filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
+        """Apply the channel's allow and deny lists, column rules, health limits and on_rows_without_events as
+        stored now ('gate channel filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop
+        gate (MissingSecret)."""
         try:
             settings = read_settings(self._ctl_conn(), self.channel)
         except (GateError, pymysql.err.Error) as exc:
