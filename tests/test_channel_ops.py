@@ -137,7 +137,7 @@ def test_set_changes_the_metrics_settings_of_an_existing_channel(gate: Gate, san
     assert json.loads(result.stdout) == {
         "channel": unique_name, "failover_mode": "gtid", "on_divergence": "stop", "retain_days": 0,
         "consumer_max_idle_days": 7.0, "metrics_port": port, "metrics_address": "0.0.0.0", "stuck_after_seconds": 30.0,
-        "ready_lag_seconds": 300.0}
+        "ready_lag_seconds": 300.0, "on_rows_without_events": "snapshot"}
     stored = settings_of(sandbox, unique_name)
     assert [stored[k] for k in ("metrics_port", "metrics_address", "stuck_after_seconds", "ready_lag_seconds",
                                 "writers")] == [port, "0.0.0.0", 30.0, 300.0, 2]
@@ -145,7 +145,8 @@ def test_set_changes_the_metrics_settings_of_an_existing_channel(gate: Gate, san
     assert shown.stdout.splitlines() == [
         f"channel                 {unique_name}", "failover_mode           gtid", "on_divergence           stop",
         "retain_days             0", "consumer_max_idle_days  7.0", f"metrics_port            {port}",
-        "metrics_address         0.0.0.0", "stuck_after_seconds     30.0", "ready_lag_seconds       300.0"]
+        "metrics_address         0.0.0.0", "stuck_after_seconds     30.0", "ready_lag_seconds       300.0",
+        "on_rows_without_events  snapshot"]
     assert gate("channel", "set", other, "--metrics-port", "0").exit_code == 0
 
     # the next gate run serves on the new port and address, without --metrics-port

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, statement_kind
+from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, snapshot_tables, statement_kind
 from gate.capture.reader import Statement
 from gate.capture.translate import TableFilter, Translator
 from gate.common.errors import StatementFormatChange
@@ -406,7 +406,8 @@ CORPUS: list[tuple[str, str, tuple[str, str, str, dict[str, Any]]]] = [
     (
         "ALTER TABLE t DROP PARTITION p0, p1",
         "app",
-        ("ALTERTABLE", "app", "t", {"OTHERS": ["DROP PARTITION p0, p1"]}),
+        ("ALTERTABLE", "app", "t", {"OTHERS": ["DROP PARTITION p0, p1"], "ROWS_WITHOUT_EVENTS": [
+            {"dbname": "app", "tablename": "t", "by": "DROP PARTITION"}]}),
     ),
     (
         "ALTER ONLINE IGNORE TABLE IF EXISTS t WAIT 10 CHANGE COLUMN IF EXISTS a b BIGINT(20) FIRST, "
@@ -746,10 +747,70 @@ def test_create_sequence_is_the_createtable_of_its_table(statement: str, table: 
     assert parse_ddl(statement, "app") == [DdlChange("CREATETABLE", *table, {"NEW": SEQUENCE_NEW, "SQL": statement})]
 
 
-def test_alter_sequence_is_an_unmodelled_alter() -> None:
+def test_alter_sequence_is_an_unmodelled_alter_that_changes_its_row_without_events() -> None:
     statement = "ALTER SEQUENCE s RESTART WITH 100"
-    assert parse_ddl(statement, "app") == [DdlChange("ALTERTABLE", "app", "s", {"OTHERS": [statement],
-                                                                                 "SQL": statement})]
+    unlogged = [{"dbname": "app", "tablename": "s", "by": "ALTER SEQUENCE"}]
+    assert parse_ddl(statement, "app") == [DdlChange("ALTERTABLE", "app", "s", {
+        "OTHERS": [statement], "ROWS_WITHOUT_EVENTS": unlogged, "SQL": statement})]
+    assert snapshot_tables(parse_ddl(statement, "app")[0].data) == []  # a sequence has no key to page on
+
+
+# --- statements that change rows without row events (what MariaDB 10.11 logs, checked with mariadb-binlog -v) ---
+
+UNLOGGED = [  # (statement, [(db, table, by)] of ROWS_WITHOUT_EVENTS; [] when the key is absent)
+    ("ALTER TABLE pt TRUNCATE PARTITION p0, p1", [("app", "pt", "TRUNCATE PARTITION")]),
+    ("ALTER TABLE pt TRUNCATE PARTITION ALL, ADD COLUMN c INT", [("app", "pt", "TRUNCATE PARTITION")]),
+    ("ALTER TABLE pt DROP PARTITION IF EXISTS p1", [("app", "pt", "DROP PARTITION")]),
+    ("ALTER TABLE db.pt EXCHANGE PARTITION p2 WITH TABLE ex WITHOUT VALIDATION",
+     [("db", "pt", "EXCHANGE PARTITION"), ("app", "ex", "EXCHANGE PARTITION")]),
+    ("ALTER TABLE pt CONVERT PARTITION p4 TO TABLE o.conv", [("app", "pt", "CONVERT PARTITION"),
+                                                            ("o", "conv", "CONVERT PARTITION")]),
+    ("ALTER TABLE pt CONVERT TABLE conv TO PARTITION p4 VALUES LESS THAN MAXVALUE",
+     [("app", "pt", "CONVERT TABLE TO PARTITION")]),
+    ("ALTER TABLE x DISCARD TABLESPACE", [("app", "x", "DISCARD TABLESPACE")]),
+    ("ALTER TABLE x IMPORT PARTITION p0 TABLESPACE", [("app", "x", "IMPORT TABLESPACE")]),
+    ("ALTER IGNORE TABLE u ADD UNIQUE (v)", [("app", "u", "ALTER IGNORE TABLE")]),
+    ("ALTER IGNORE TABLE u ADD COLUMN c INT NOT NULL DEFAULT 0 UNIQUE", [("app", "u", "ALTER IGNORE TABLE")]),
+    ("ALTER TABLE pt TRUNCATE PARTITION p0, DROP PARTITION p1", [("app", "pt", "TRUNCATE PARTITION")]),
+    ("ALTER TABLE pt EXCHANGE PARTITION p2", [("app", "pt", "EXCHANGE PARTITION p2")]),  # unreadable: flagged
+    # the rows stay: repartitioning, merging and splitting partitions, a unique key without IGNORE, ...
+    ("ALTER TABLE pt REORGANIZE PARTITION p3 INTO (PARTITION p3 VALUES LESS THAN (40), PARTITION p4 VALUES "
+     "LESS THAN MAXVALUE)", []),
+    ("ALTER TABLE pt REMOVE PARTITIONING", []),
+    ("ALTER TABLE hp COALESCE PARTITION 2", []),
+    ("ALTER TABLE hp ADD PARTITION PARTITIONS 1", []),
+    ("ALTER TABLE hp REBUILD PARTITION p0", []),
+    ("ALTER TABLE hp OPTIMIZE PARTITION p0", []),
+    ("ALTER TABLE pt PARTITION BY HASH (id) PARTITIONS 3", []),
+    ("ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4", []),
+    ("ALTER TABLE u ADD UNIQUE (v)", []),
+    ("ALTER IGNORE TABLE u ADD INDEX (v), DROP PRIMARY KEY", []),
+    ("ALTER TABLE t DROP COLUMN c", []),
+]
+
+
+@pytest.mark.parametrize(("statement", "tables"), UNLOGGED)
+def test_statements_that_change_rows_without_row_events_name_the_tables(
+        statement: str, tables: list[tuple[str, str, str]]) -> None:
+    [row] = parse_ddl(statement, "app")
+    assert row.optype == "ALTERTABLE"
+    unlogged = [{"dbname": db, "tablename": table, "by": by} for db, table, by in tables]
+    assert row.data.get("ROWS_WITHOUT_EVENTS", []) == unlogged
+    assert list(row.data)[-1] == "SQL"
+    assert snapshot_tables(row.data) == [(db, table) for db, table, _ in tables]
+
+
+def test_a_statement_that_changes_a_captured_table_without_row_events_is_captured() -> None:
+    """An EXCHANGE PARTITION of an excluded table with a captured one yields its row (naming the excluded
+    table, as the statement does), so that the captured one is flagged."""
+    translator = Translator(timezone.utc, "base64", TableFilter(allow=("app.ex",)))
+    statement = "ALTER TABLE pt EXCHANGE PARTITION p2 WITH TABLE ex"
+    [(db, table, optype, data)] = translator.statement(Statement(sql=statement, schema="app", timestamp=0))
+    assert (db, table, optype, json.loads(data)["ROWS_WITHOUT_EVENTS"]) == ("app", "pt", "ALTERTABLE", [
+        {"dbname": "app", "tablename": "pt", "by": "EXCHANGE PARTITION"},
+        {"dbname": "app", "tablename": "ex", "by": "EXCHANGE PARTITION"}])
+    assert translator.statement(Statement(sql="ALTER TABLE pt TRUNCATE PARTITION p0", schema="app",
+                                          timestamp=0)) == []
 
 
 def test_temporary_sequence_is_not_replicated() -> None:

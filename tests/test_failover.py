@@ -538,14 +538,20 @@ def test_set_failover_settings(gate: Gate, sandbox: Sandbox, unique_name: str) -
     assert (result.exit_code, result.stdout) == (
         0, f"channel                 {unique_name}\nfailover_mode           fingerprint\non_divergence           continue\n"
            "retain_days             0\nconsumer_max_idle_days  7.0\nmetrics_port            0\n"
-           "metrics_address         127.0.0.1\nstuck_after_seconds     120.0\nready_lag_seconds       60.0\n")
+           "metrics_address         127.0.0.1\nstuck_after_seconds     120.0\nready_lag_seconds       60.0\n"
+           "on_rows_without_events  snapshot\n")
     shown = json.loads(gate("--json", "channel", "show", unique_name).stdout)
     assert (shown["failover_mode"], shown["on_divergence"]) == ("fingerprint", "continue")
     result = gate("--json", "channel", "set", unique_name, "--on-divergence", "stop")
     assert json.loads(result.stdout) == {"channel": unique_name, "failover_mode": "fingerprint",
                                          "on_divergence": "stop", "retain_days": 0, "consumer_max_idle_days": 7.0,
                                          "metrics_port": 0, "metrics_address": "127.0.0.1",
-                                         "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0}
+                                         "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
+                                         "on_rows_without_events": "snapshot"}
+    result = gate("--json", "channel", "set", unique_name, "--on-rows-without-events", "flag")
+    assert json.loads(result.stdout)["on_rows_without_events"] == "flag"
+    assert json.loads(gate("--json", "channel", "show", unique_name).stdout)["defaults"]["on_rows_without_events"] == (
+        "flag")
     wrong = gate("channel", "set", unique_name, "--failover-mode", "guess")
     assert wrong.exit_code == 2 and "'guess' is not one of 'gtid', 'fingerprint'" in wrong.stderr
 

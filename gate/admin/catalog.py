@@ -2,7 +2,8 @@
 that hit key columns or match nothing, and the tables a snapshot cannot page through.
 
 Commands that add rules, widen the capture or request snapshots ask these before they change anything;
-``gate channel check`` reports them.
+``gate channel check`` reports them, and the captured tables that foreign-key cascades change without row
+events.
 """
 
 from __future__ import annotations
@@ -114,3 +115,42 @@ def snapshot_refusals(source: ServerConfig, tables: Sequence[Table],
             refusals += [((db, table), f"the column rule {rules_[0].describe()} hits {db}.{table}.{column}, a column of "
                           "the key the snapshot pages on (narrow the rule)") for column, rules_ in hits if rules_]
     return refusals
+
+
+_CASCADING = ("CASCADE", "SET NULL", "SET DEFAULT")
+
+
+def cascading_foreign_keys(settings: ChannelSettings) -> list[dict[str, str]]:
+    """The source's foreign keys whose child table the channel captures and that change it on their own
+    (ON DELETE / ON UPDATE CASCADE, SET NULL or SET DEFAULT, from information_schema.REFERENTIAL_CONSTRAINTS):
+    InnoDB writes no row events for the child rows a cascade changes or deletes. By child, then name."""
+    captures = TableFilter(settings.allow, settings.deny)
+    rules = ", ".join(["%s"] * len(_CASCADING))
+    with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
+        cur.execute("SELECT constraint_schema, table_name, constraint_name, unique_constraint_schema, "
+                    "referenced_table_name, delete_rule, update_rule FROM information_schema.referential_constraints "
+                    f"WHERE (delete_rule IN ({rules}) OR update_rule IN ({rules})) AND constraint_schema NOT IN "
+                    f"({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", (*_CASCADING, *_CASCADING, *SYSTEM_SCHEMAS))
+        found = sorted(cur.fetchall())
+    return [{"child": f"{db}.{table}", "parent": f"{parent_db}.{parent}", "constraint": name,
+             "on_delete": on_delete, "on_update": on_update}
+            for db, table, name, parent_db, parent, on_delete, on_update in found if captures.passes(db, table)]
+
+
+def cascade_problems(settings: ChannelSettings) -> tuple[list[dict[str, str]], list[Problem]]:
+    """:func:`cascading_foreign_keys`, and a warning for each: the child table will diverge in the DC."""
+    keys = cascading_foreign_keys(settings)
+    problems = []
+    for key in keys:
+        child, parent = key["child"], key["parent"]
+        actions = [f"ON {verb.upper()} {key['on_' + verb]}" for verb in ("delete", "update")
+                   if key["on_" + verb] in _CASCADING]
+        problems.append(Problem(
+            f"the foreign key {key['constraint']} of the captured table {child} (parent {parent})",
+            ", ".join(actions), "a row event for every change of a captured table",
+            f"InnoDB logs no row event for the rows of {child} that a cascade changes or deletes, so {child} "
+            f"diverges from the source in the DC whenever rows of {parent} are deleted or their key updated. Have "
+            f"the application change the rows of {child} itself before those of {parent} (a foreign key ON "
+            f"DELETE RESTRICT ON UPDATE RESTRICT then guards the order), or snapshot {child} again after such "
+            f"changes ('gate snapshot {settings.name} --table {child}').", fatal=False))
+    return keys, problems

@@ -16,7 +16,15 @@ import pymysql
 import dc_schema
 from gate.admin import retention
 from gate.admin import snapshot as snapshots
-from gate.admin.catalog import captured, check_pattern, key_hits, rule_problems, source_columns, source_tables
+from gate.admin.catalog import (
+    captured,
+    cascade_problems,
+    check_pattern,
+    key_hits,
+    rule_problems,
+    source_columns,
+    source_tables,
+)
 from gate.admin.position import check_file_position, check_gtid
 from gate.admin.preflight import Problem, check_server, require_server, tls_report
 from gate.capture import failover
@@ -108,7 +116,7 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
     snapshot (the result names the others, with the fix), all in one DC transaction.
 
     A channel whose creation stopped part way is replaced. Returns the settings, the preflight's warnings
-    and the snapshot requests.
+    (with the captured tables foreign-key cascades change without row events) and the snapshot requests.
     """
     check_identifier(name, "Channel name")
     chosen: dict[str, Any] = {"timezone": timezone, "binary_format": binary_format, "writers": writers,
@@ -137,6 +145,7 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
             warnings += require_server(source, server_id, "source")
             if standby is not None:
                 warnings += require_server(standby, server_id, "standby", source)
+            warnings += cascade_problems(settings)[1]
         tables = captured(source_tables(source), settings.allow, settings.deny) if snapshot else []
         tables, refused = snapshots.split_unreadable(settings, tables)
         requested = snapshots.SnapshotRequest(name, "channel create", refused=refused)
@@ -466,7 +475,8 @@ def grant(dc_server: ServerConfig, name: str, user: str, host: str = "%", passwo
 
 
 def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
-    """The preflight of the channel's source and standby: one entry per server with its problems."""
+    """The preflight of the channel's source and standby: one entry per server with its problems; the source's
+    also names the captured tables that foreign-key cascades change without row events (a warning each)."""
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
         settings = dc.read_settings(conn, name)
@@ -480,6 +490,9 @@ def check(dc_server: ServerConfig, name: str) -> list[dict[str, Any]]:
         for role, server, replicates_from in servers]
     if not any(p.fatal for p in results[0]["problems"]):
         results[0]["problems"] += rule_problems(settings)
+        keys, problems = cascade_problems(settings)
+        results[0]["problems"] += problems
+        results[0]["cascading_foreign_keys"] = keys
     return results
 
 
@@ -496,6 +509,24 @@ def set_failover(dc_server: ServerConfig, name: str, failover_mode: str | None =
         settings = dc.read_settings(conn, name)
         settings = replace(settings, failover_mode=failover_mode or settings.failover_mode,
                            on_divergence=on_divergence or settings.on_divergence)
+        dc.write_settings(conn, settings)
+    return settings
+
+
+ON_ROWS_WITHOUT_EVENTS = ("snapshot", "flag")
+
+
+def set_rows_without_events(dc_server: ServerConfig, name: str, value: str) -> ChannelSettings:
+    """Set what 'gate run' does after a statement that changed rows without row events: 'snapshot' the
+    tables it names (the default), or only 'flag' its payload. A running gate applies it within seconds."""
+    check_identifier(name, "Channel name")
+    if value not in ON_ROWS_WITHOUT_EVENTS:
+        raise InvalidValue(f"--on-rows-without-events must be one of {', '.join(ON_ROWS_WITHOUT_EVENTS)}, not "
+                           f"{value!r}.")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        chosen: dict[str, Any] = {"on_rows_without_events": value}  # checked above against the Literal's values
+        settings = replace(settings, defaults=replace(settings.defaults, **chosen))
         dc.write_settings(conn, settings)
     return settings
 

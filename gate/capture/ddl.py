@@ -3,8 +3,10 @@
 The statement is lexed and walked with gate.capture.ddl_tokens; column definitions are read with
 gate.capture.ddl_columns; this module holds the per-statement payloads.  Table changes that are not
 modelled end up in ``OTHERS``; every payload but TRUNCATE's carries the original text in ``SQL`` (a
-multi-table DROP or RENAME, one row per table, the text for that table alone).  The module
-also names the kind of any statement and the tables of statement-format DML.
+multi-table DROP or RENAME, one row per table, the text for that table alone). A statement that changes
+rows without row events (partition truncates, drops, exchanges, ALTER SEQUENCE, ...) names the tables it
+changed under ``ROWS_WITHOUT_EVENTS``. The module also names the kind of any statement and the tables of
+statement-format DML.
 """
 from __future__ import annotations
 
@@ -105,8 +107,34 @@ def _continues(clause: list[Tok], item: list[Tok]) -> bool:
     return listing and word(item[0]) not in _ALTER_VERBS and not any(tok.text == "=" for tok in item)
 
 
-def _alter_table(cur: Cursor) -> DdlChange:
-    """``... [IF EXISTS] t [WAIT n | NOWAIT] clause, ...``; a lone RENAME clause makes a RENAME row."""
+UNLOGGED = "ROWS_WITHOUT_EVENTS"  # the payload key naming the tables a statement changed without row events
+
+
+def _unlogged(c: Cursor, ref: dict[str, str], ignore: bool) -> list[dict[str, str]]:
+    """The tables whose rows an ALTER TABLE clause changes without row events (MariaDB logs only the statement),
+    each with the clause's kind under ``by``: rows a partition clause removes, moves in or out, a tablespace
+    discarded or imported, duplicates that ``ALTER IGNORE`` drops for a new unique key."""
+    words = [word(tok) for tok in c.toks]
+    head = " ".join(words[:2])
+    if head in ("TRUNCATE PARTITION", "DROP PARTITION"):
+        return [ref | {"by": head}]
+    if head in ("EXCHANGE PARTITION", "CONVERT PARTITION"):  # ... WITH TABLE x / ... TO TABLE x
+        while not c.done() and not c.accept_any("WITH", "TO"):
+            c.next()
+        c.expect("TABLE")
+        return [ref | {"by": head}, _table_ref(*c.table()) | {"by": head}]
+    if head == "CONVERT TABLE":  # the table's rows move into a new partition; the table itself is gone
+        return [ref | {"by": "CONVERT TABLE TO PARTITION"}]
+    if words[0] in ("DISCARD", "IMPORT") and "TABLESPACE" in words:
+        return [ref | {"by": f"{words[0]} TABLESPACE"}]
+    if ignore and words[0] in ("ADD", "MODIFY", "CHANGE") and {"UNIQUE", "PRIMARY"} & set(words):
+        return [ref | {"by": "ALTER IGNORE TABLE"}]
+    return []
+
+
+def _alter_table(cur: Cursor, ignore: bool = False) -> DdlChange:
+    """``... [IF EXISTS] t [WAIT n | NOWAIT] clause, ...``; a lone RENAME clause makes a RENAME row. ``ignore``:
+    the statement is an ``ALTER IGNORE TABLE``."""
     ctx = cur.ctx
     cur.accept("IF", "EXISTS")
     db, table = cur.table()
@@ -118,7 +146,12 @@ def _alter_table(cur: Cursor) -> DdlChange:
         elif item:
             clauses.append(item)
     found: dict[str, list[Any]] = {key: [] for key in _ALTER_KEYS}
+    unlogged: list[dict[str, str]] = []
     for clause in clauses:
+        try:
+            unlogged += _unlogged(cur.sub(clause), _table_ref(db, table), ignore)
+        except NotModelled:
+            unlogged.append(_table_ref(db, table) | {"by": ctx.text(clause)})  # a partition clause gate cannot read
         try:
             entries = _alter_spec(cur.sub(clause), db, table)
         except NotModelled:
@@ -126,6 +159,11 @@ def _alter_table(cur: Cursor) -> DdlChange:
         for key, entry in entries:
             found[key].append(entry)
     data: dict[str, Any] = {key: values for key, values in found.items() if values}
+    if unlogged:  # each table once, with the first clause that changed it
+        firsts: dict[tuple[str, str], dict[str, str]] = {}
+        for entry in unlogged:
+            firsts.setdefault((entry["dbname"], entry["tablename"]), entry)
+        data[UNLOGGED] = list(firsts.values())
     data["SQL"] = ctx.statement
     if set(data) == {"RENAME", "SQL"}:
         return DdlChange("RENAME", db, table, data)
@@ -274,13 +312,29 @@ def _create_sequence(cur: Cursor) -> DdlChange:
 
 
 def _alter_sequence(cur: Cursor) -> DdlChange:
-    """``... [IF EXISTS] s options``: a change of the sequence's values, not of its columns (OTHERS)."""
+    """``... [IF EXISTS] s options``: a change of the sequence's values, not of its columns (OTHERS), and of
+    its one row without a row event."""
     cur.accept("IF", "EXISTS")
-    cur.table()
-    raise NotModelled
+    db, table = cur.table()
+    statement = cur.ctx.statement
+    return DdlChange("ALTERTABLE", db, table, {"OTHERS": [statement], UNLOGGED: [
+        _table_ref(db, table) | {"by": "ALTER SEQUENCE"}], "SQL": statement})
 
 
 Parser = Callable[[Cursor], DdlChange | list[DdlChange]]
+
+
+def unlogged_tables(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """The tables a payload names under ``ROWS_WITHOUT_EVENTS``."""
+    return [(entry["dbname"], entry["tablename"]) for entry in data.get(UNLOGGED, ())]
+
+
+def snapshot_tables(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """The tables of :func:`unlogged_tables` whose snapshot gives their rows again: all but a sequence (a
+    snapshot pages on a key, which a sequence's one-row table lacks; its next NEXTVAL that takes a new cache
+    of values, or SETVAL, logs its row again)."""
+    return [(entry["dbname"], entry["tablename"]) for entry in data.get(UNLOGGED, ())
+            if entry["by"] != "ALTER SEQUENCE"]
 
 
 def _handler(cur: Cursor) -> Parser | None:
@@ -296,10 +350,12 @@ def _handler(cur: Cursor) -> Parser | None:
         return _create_index if cur.accept("INDEX") else None
     if cur.accept("ALTER"):
         cur.accept_any("ONLINE", "OFFLINE")
-        cur.accept("IGNORE")
+        ignore = cur.accept("IGNORE")
         if cur.accept("SEQUENCE"):
             return _alter_sequence
-        return _alter_table if cur.accept("TABLE") else None
+        if not cur.accept("TABLE"):
+            return None
+        return (lambda c: _alter_table(c, ignore=True)) if ignore else _alter_table
     if cur.accept("RENAME"):
         return _rename_table if cur.accept_any("TABLE", "TABLES") else None
     if cur.accept("TRUNCATE"):

@@ -8,6 +8,7 @@ same boundary yields the same ids and tids, so a restart continues exactly where
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ import pymysql
 
 from gate.capture import snapshot, xa
 from gate.capture.checkpoint import Checkpointer
+from gate.capture.ddl import UNLOGGED, snapshot_tables, unlogged_tables
 from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.decoder import DecoderPool
 from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
@@ -180,6 +182,7 @@ class Pipeline:
         self._retainer: Retainer | None = None
         self._failure: GateError | None = None  # what stopped a thread beside the main loop, raised by the loop
         self._stuck: list[int] = []  # ids of stuck_row notes above the checkpoint, left by an earlier run
+        self._on_rows_without_events = "snapshot"  # the channel's setting, read at start and with the filter
 
     def fail(self, exc: GateError) -> None:
         """A thread beside the main loop (retention, the standby sampler) met an error that stops gate; the
@@ -325,10 +328,13 @@ class Pipeline:
             rule_keys(settings.columns)  # a hash rule's key missing from the environment: refuse to start
             self._serve_metrics(settings)
             if self.preflight:
+                from gate.admin.catalog import cascade_problems
                 from gate.admin.preflight import require_channel
 
                 try:
                     problems = require_channel(settings)
+                    if not any(p.setting == f"the source {settings.source.address}" for p in problems):
+                        problems += cascade_problems(settings)[1]  # the source answers
                 except GateError:
                     if not self._stopping.is_set():
                         raise
@@ -382,6 +388,7 @@ class Pipeline:
     def _run_source(self, settings: ChannelSettings, state: ResumeState) -> None:
         source = settings.source
         defaults = settings.defaults
+        self._on_rows_without_events = defaults.on_rows_without_events
         with ExitStack() as not_started:  # the children start first, while gate connects to the source
             pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
                               on_written=self.metrics.chunk_written)
@@ -492,6 +499,8 @@ class Pipeline:
             elif type(item) is Statement:
                 for change in translator.statement(item):
                     ordering.statement(change, item.timestamp)
+                    if change[2] == "ALTERTABLE" and UNLOGGED in change[3]:
+                        self._unlogged(change, translator, engine, translator.position())
                     if change[2] in ("RENAME", "DROPTABLE"):
                         what = "renamed" if change[2] == "RENAME" else "dropped"
                         engine.cancel(change[0], change[1], f"the table was {what} while it was snapshotted "
@@ -521,6 +530,19 @@ class Pipeline:
         engine.abandon()
         ordering.drain(whole_transactions=True)
 
+    def _unlogged(self, change: Change, translator: Translator, engine: SnapshotEngine, at: str) -> None:
+        """A statement changed rows without row events: with on_rows_without_events 'snapshot', request a
+        snapshot of each captured table it changed, so that the fold converges again."""
+        data = json.loads(change[3])
+        tables = [table for table in unlogged_tables(data) if translator.filter.passes(*table)]
+        log.warning("channel %s: a statement at %s changed rows of %s without row events (%s)", self.channel, at,
+                    ", ".join(f"{db}.{table}" for db, table in tables) or "no captured table",
+                    ", ".join(sorted({entry["by"] for entry in data[UNLOGGED]})))
+        again = [table for table in snapshot_tables(data) if table in tables]
+        if again and self._on_rows_without_events == "snapshot":
+            by = ", ".join(sorted({entry["by"] for entry in data[UNLOGGED]}))
+            engine.again(again, f"rows changed without row events: {by[:120]} at {at}")
+
     def _on_dc(self, work: Callable[[pymysql.Connection], T], doing: str = "a statement of gate's control "
                "connection") -> T:
         """Run ``work`` on the control connection, retried while the DC is unreachable (until a second stop);
@@ -536,8 +558,9 @@ class Pipeline:
                 time.sleep(0.5)
 
     def _reread_filter(self, translator: Translator, at: str) -> None:
-        """Apply the channel's allow and deny lists, column rules and health limits as stored now ('gate channel
-        filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop gate (MissingSecret)."""
+        """Apply the channel's allow and deny lists, column rules, health limits and on_rows_without_events as
+        stored now ('gate channel filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop
+        gate (MissingSecret)."""
         try:
             settings = read_settings(self._ctl_conn(), self.channel)
         except (GateError, pymysql.err.Error) as exc:
@@ -545,6 +568,7 @@ class Pipeline:
             return
         self.metrics.stuck_after = settings.defaults.stuck_after_seconds  # 'gate channel set' while gate runs
         self.metrics.ready_lag = settings.defaults.ready_lag_seconds
+        self._on_rows_without_events = settings.defaults.on_rows_without_events
         new, old = TableFilter(settings.allow, settings.deny), translator.filter
         if new != old:
             translator.filter = new

@@ -89,6 +89,16 @@ def record(cur: pymysql.cursors.Cursor, channel: str, notes: list[Note]) -> None
                         "WHERE id = %s", (note.state, note.reason, note.snap_id))
 
 
+def request_again(conn: pymysql.Connection, channel: str, tables: list[tuple[str, str]], reason: str) -> None:
+    """A snapshot request for each of ``tables`` that has none in state requested (``reason`` cut to the
+    column's 255 characters), committed at once."""
+    with conn.cursor() as cur:
+        for db, table in tables:
+            cur.execute(f"INSERT INTO {q(channel)}.{TABLE} (dbname, tablename, reason) SELECT %s, %s, %s FROM DUAL "
+                        f"WHERE NOT EXISTS (SELECT 1 FROM {q(channel)}.{TABLE} WHERE dbname = %s AND tablename = %s "
+                        "AND state = 'requested')", (db, table, reason[:255], db, table))
+
+
 @dataclass(slots=True)
 class SnapshotOp:
     """A chunk's slot in the ordering: its transactions (changes and the note that goes with them), None
@@ -279,6 +289,8 @@ class SnapshotEngine:
                     continue
                 if snap_id in self._ended:
                     continue
+                if state == "requested" and any((t.db, t.table) == (db, name) for t in self._tables.values()):
+                    continue  # the table's snapshot still ends; this one starts after it
                 if state == "requested":
                     if not cur.execute(f"UPDATE {table} SET state = 'running', started_at = NOW(3) "
                                        "WHERE id = %s AND state = 'requested'", (snap_id,)):
@@ -307,6 +319,15 @@ class SnapshotEngine:
     def _refuse_on(self, conn: pymysql.Connection, snap_id: int, message: str) -> None:
         with conn.cursor() as cur:
             self._refuse(cur, snap_id, message)
+
+    def again(self, tables: list[tuple[str, str]], reason: str) -> None:
+        """Rows of ``tables`` changed without row events: request a snapshot of each (unless one is requested
+        already) at once, before a checkpoint can pass the statement, and end the one that runs (its chunks
+        before the change would leave the rows it removed in the fold); the new one starts after it."""
+        for snap in self._tables.values():
+            if (snap.db, snap.table) in tables and snap.cancel is None:
+                snap.cancel = f"restarted: {reason}"
+        self.dc(lambda conn: request_again(conn, self.channel, tables, reason))
 
     def cancel(self, db: str, table: str, reason: str) -> None:
         """The stream dropped or renamed a table: its snapshot ends as cancelled."""

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 from gate.capture.compiled import TableDecoder, build, column_shape
-from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, statement_kind
+from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, statement_kind, unlogged_tables
 from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.libshim import row_data
 from gate.capture.reader import Rows, Statement
@@ -263,8 +263,11 @@ class Translator:
         return data
 
     def _captured(self, change: DdlChange) -> bool:
-        """Whether the change is about a captured table; a rename also when it gives a captured name."""
+        """Whether the change is about a captured table; a rename also when it gives a captured name, a
+        statement that changes rows without row events also when it changes a captured table's."""
         if self.filter.passes(change.dbname, change.tablename):
+            return True
+        if any(self.filter.passes(*table) for table in unlogged_tables(change.data)):
             return True
         new = change.data["RENAME"][0]["to"] if change.optype == "RENAME" else None
         return new is not None and self.filter.passes(new["dbname"], new["tablename"])

@@ -138,10 +138,11 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
             if server is not None:
                 click.echo(f"{role} {server.address}: {describe_tls(tls_report(server, role))}", err=True)
     if requested is None:
-        _print_channel(app, name)
+        data = channels.show(app.dc, name)
+        app.emit({**data, "warnings": [asdict(p) for p in warnings]}, pairs(data))
         return
     data = channels.show(app.dc, name)
-    emit_request(app, {**data, "snapshot": requested.as_dict()},
+    emit_request(app, {**data, "warnings": [asdict(p) for p in warnings], "snapshot": requested.as_dict()},
                  pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
                                                                 "table on the source yet"), requested)
 
@@ -431,12 +432,16 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
 @click.option("--stuck-after-seconds", type=float, metavar="S",
               help="/healthz says 503 after this long without progress while there is work")
 @click.option("--ready-lag-seconds", type=float, metavar="S", help="/readyz says 503 while the lag is above this")
+@click.option("--on-rows-without-events", type=click.Choice(channels.ON_ROWS_WITHOUT_EVENTS),
+              help="after a statement that changed rows without row events (TRUNCATE PARTITION, ...): snapshot "
+                   "the tables it changed, or only flag its payload")
 @tls_options("source", "source")
 @tls_options("standby", "standby")
 @pass_app
 def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
          consumer_max_idle_days: float | None, metrics_port: int | None, metrics_address: str | None,
-         stuck_after_seconds: float | None, ready_lag_seconds: float | None, source_tls_mode: str | None,
+         stuck_after_seconds: float | None, ready_lag_seconds: float | None, on_rows_without_events: str | None,
+         source_tls_mode: str | None,
          source_tls_ca: str | None, source_tls_cert: str | None, source_tls_key: str | None,
          standby_tls_mode: str | None, standby_tls_ca: str | None, standby_tls_cert: str | None,
          standby_tls_key: str | None) -> None:
@@ -460,6 +465,12 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     gate applies the two limits within seconds, a new address or port when it next starts. With no
     option the settings are only shown.
 
+    --on-rows-without-events: what gate does after a statement that changed rows without row events
+    (ALTER TABLE ... TRUNCATE, DROP or EXCHANGE PARTITION, ALTER SEQUENCE, ...; its payload names them under
+    ROWS_WITHOUT_EVENTS): 'snapshot' (the default) requests a snapshot of each captured table it changed,
+    so that the DC's fold converges again; 'flag' leaves it at the payload. A running gate applies it
+    within seconds.
+
     --source-tls-* and --standby-tls-* change how gate's connections to that server use TLS (options
     not given stay; '' removes a file); gate connects with the new settings first and stores nothing
     if that fails. A running gate uses them when it next starts.
@@ -471,6 +482,7 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         gate channel set shop --failover-mode fingerprint
         gate channel set shop --retain-days 14 --consumer-max-idle-days 3
         gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
+        gate channel set shop --on-rows-without-events flag
         gate channel set shop --source-tls-mode verify-identity --source-tls-ca /etc/gate/ca.pem
     """
     tls = {role: options for role, options in (
@@ -482,6 +494,8 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
                                       ready_lag_seconds)  # it checks its values before it changes anything
     settings = channels.set_tls(app.dc, name, tls)
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
+    if on_rows_without_events is not None:
+        settings = channels.set_rows_without_events(app.dc, name, on_rows_without_events)
     if days is not None or consumer_max_idle_days is not None:
         settings = channels.set_retention(app.dc, name, days, consumer_max_idle_days)
     for clash in clashes:
@@ -489,7 +503,8 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     data: dict[str, Any] = {"channel": name, "failover_mode": settings.failover_mode,
                             "on_divergence": settings.on_divergence}
     defaults = asdict(settings.defaults)
-    data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS)})
+    data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS,
+                                                "on_rows_without_events")})
     data.update({f"{role}_tls": getattr(settings, role).tls.as_row() for role in tls})  # the servers changed
     app.emit(data, pairs(data))
 

@@ -198,6 +198,8 @@ class ChannelDefaults:
     snapshot_readers: int = 2  # processes reading snapshot chunks from the source
     snapshot_chunk_seconds: float = 0.5  # a snapshot chunk's SELECT is sized to take about this long
     snapshot_chunk_rows: int = 2000  # ... but reads at least this many rows
+    on_rows_without_events: Literal["snapshot", "flag"] = "snapshot"  # a statement that changed rows without
+    # row events (ROWS_WITHOUT_EVENTS in its payload): snapshot those tables, or only flag the payload
     tls: TlsSettings = field(default_factory=TlsSettings)  # a new channel's source and standby; stored per server
 
 
