@@ -11,6 +11,12 @@ gate touches the library's private names. What gate relies on, and why:
   and ``_stream_connection``: the library's MariaDB GTID dump packet (COM_BINLOG_DUMP) declares a
   14-byte length for 15 bytes of payload, and MariaDB drops the connection; :class:`OwnedStream`
   sends a correct one.
+- ``_stream_connection._read_packet``: wrapped by :class:`OwnedStream` once it has connected, to see
+  every event's header before the library filters it (the library drops the types it has no parser for,
+  and those outside ``only_events``, without a trace), so gate can refuse the types it does not handle
+  (``admit``), and to hand the library MariaDB's compressed events (``log_bin_compress``) as the
+  uncompressed events they stand for (:mod:`gate.capture.compressed`), which it can parse. The
+  library reads ``__use_checksum`` and ``__post_header_lengths`` for that too.
 - ``__use_checksum``, ``__optional_meta_data``, ``__post_header_lengths`` and the control
   connection's ``charset`` and ``_get_dbms()``: what the library needs to rebuild a row event from its
   raw bytes in a decoder process (:class:`StreamFormat`, :func:`rebuild_rows_event`), along with
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import codecs
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,21 +49,67 @@ from pymysqlreplication.event import BinLogEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from gate.capture.compressed import UNCOMPRESSED_TYPE, CompressedEventError, inflate_event
 from gate.common.errors import StreamLost
 
 ROW_EVENT_CLASSES = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
 
 
+@dataclass(frozen=True)
+class EventHeader:
+    """An event's common header as it arrives, before the library parses or drops it."""
+
+    type_code: int
+    flags: int
+    log_file: str | None  # the binlog file it is in
+    start: int  # its position in that file (0 for an event the server made up for the stream)
+
+
+Admit = Callable[[EventHeader], None]  # raises for an event gate must not read past
+
+
 class OwnedStream(BinLogStreamReader):
-    """BinLogStreamReader that connects once and says so when it would reconnect on its own."""
+    """BinLogStreamReader that connects once and says so when it would reconnect on its own, shows every
+    event's header to ``admit`` first, and inflates compressed events (see the module docstring)."""
 
     _connected_once = False
+
+    def __init__(self, *, admit: Admit, **kwargs: Any) -> None:
+        """``admit(header)``: called for every event the server sends, before the library sees it;
+        raises for one that must stop the stream."""
+        super().__init__(**kwargs)
+        self._admit = admit
 
     def _BinLogStreamReader__connect_to_stream(self) -> None:  # noqa: N802 (name-mangled override)
         if self._connected_once:
             raise StreamLost("binlog connection lost")
         self._connected_once = True
         BinLogStreamReader._BinLogStreamReader__connect_to_stream(self)
+        connection = self._stream_connection
+        read_packet = connection._read_packet
+
+        def _gate_read_packet(*args: Any, **kwargs: Any) -> MysqlPacket:
+            return self._event_packet(read_packet(*args, **kwargs))
+
+        connection._read_packet = _gate_read_packet
+
+    def _event_packet(self, packet: MysqlPacket) -> MysqlPacket:
+        """An event packet (its OK byte, then the event) shown to ``admit``; a compressed one inflated."""
+        data = packet.get_all_data()
+        if not packet.is_ok_packet() or len(data) < 20:
+            return packet  # an EOF or error packet: the library handles it
+        type_code, size, next_pos, flags = data[5], *struct.unpack_from("<IIH", data, 10)
+        header = EventHeader(type_code, flags, self.log_file, next_pos - size if next_pos else 0)
+        self._admit(header)
+        if type_code not in UNCOMPRESSED_TYPE:
+            return packet
+        try:
+            event = inflate_event(bytes(data[1:]), self._BinLogStreamReader__post_header_lengths,
+                                  self._BinLogStreamReader__use_checksum)
+        except CompressedEventError as exc:
+            exc.header = header
+            raise
+        return MysqlPacket(b"\x00" + event, None)
 
     def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
         """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""

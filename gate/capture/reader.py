@@ -6,6 +6,11 @@ TableMap); :class:`~gate.capture.libshim.OwnedStream` turns that second connect 
 :class:`StreamLost`, and the reader reconnects from the last transaction boundary, skipping the items
 of the open transaction it has already delivered. The same class corrects the library's MariaDB GTID
 dump packet (a 14-byte length header on 15 bytes of payload made the server drop the connection).
+
+It reads only the event types of :data:`EVENT_TYPES`: any other type stops gate with
+:class:`~gate.common.errors.UnhandledEvent` before the stream moves past it (the library would drop it
+silently), so the checkpoint stays before it and a restart stops at the same event. MariaDB's
+compressed events (``log_bin_compress``) arrive inflated into the events they compress.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymysql
 from pymysqlreplication.event import (
@@ -30,16 +35,82 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.capture.libshim import OwnedStream, fix_library_charsets, reuse_table_maps
+from gate.capture.compressed import CompressedEventError
+from gate.capture.libshim import EventHeader, OwnedStream, fix_library_charsets, reuse_table_maps
 from gate.common.config import ServerConfig
 from gate.common.connection import stream_connector
 from gate.common.dc import connect, describe_position, one_row
-from gate.common.errors import ConnectionFailed, PositionPurged, SourceDown, StreamLost, UnsupportedEvent
+from gate.common.errors import (
+    ConnectionFailed,
+    PositionPurged,
+    SourceDown,
+    StreamLost,
+    UnhandledEvent,
+    UnsupportedEvent,
+)
 from gate.common.retry import backoff, is_transient, refusal
 
 log = logging.getLogger(__name__)
 
 ROW_EVENTS = {WriteRowsEvent: "INSERT", UpdateRowsEvent: "UPDATE", DeleteRowsEvent: "DELETE"}
+
+
+class EventType(NamedTuple):
+    name: str  # as mariadb-binlog names it
+    read: bool  # True: gate reads it; False: gate knowingly passes it by
+    why: str
+
+
+# Every binlog event type gate accepts, by type code: the types it reads and those it knowingly passes by.
+# Any other type stops gate (UnhandledEvent) before the stream moves past it.
+EVENT_TYPES: dict[int, EventType] = {
+    2: EventType("Query", True, "BEGIN, COMMIT, ROLLBACK, DDL, TRUNCATE and XA statements (a change of a "
+                 "captured table logged as a statement is refused by translate.py)"),
+    4: EventType("Rotate", True, "the next binlog file (the library follows it; positions name the file)"),
+    15: EventType("Format_desc", True, "the binlog's format: post-header lengths, checksums (the library keeps it)"),
+    16: EventType("Xid", True, "a transaction's commit"),
+    19: EventType("Table_map", True, "the table and columns of the row events that follow (the library keeps it)"),
+    23: EventType("Write_rows_v1", True, "inserted rows (MariaDB's row events)"),
+    24: EventType("Update_rows_v1", True, "updated rows, before and after"),
+    25: EventType("Delete_rows_v1", True, "deleted rows"),
+    27: EventType("Heartbeat", True, "the server has nothing to send: a chance to checkpoint"),
+    30: EventType("Write_rows", True, "inserted rows (v2 row events)"),
+    31: EventType("Update_rows", True, "updated rows, before and after (v2)"),
+    32: EventType("Delete_rows", True, "deleted rows (v2)"),
+    33: EventType("MySQL Gtid", True, "a transaction's start and GTID (MySQL)"),
+    38: EventType("XA_prepare", True, "the end of XA PREPARE, or of XA COMMIT ... ONE PHASE (MySQL)"),
+    162: EventType("Gtid", True, "a transaction's start and GTID (MariaDB), with the xid of an XA PREPARE"),
+    # compressed events (log_bin_compress) are read as the events they compress (gate/capture/compressed.py)
+    165: EventType("Query_compressed", True, "a Query event with compressed text"),
+    166: EventType("Write_rows_compressed_v1", True, "a Write_rows_v1 event with compressed rows"),
+    167: EventType("Update_rows_compressed_v1", True, "an Update_rows_v1 event with compressed rows"),
+    168: EventType("Delete_rows_compressed_v1", True, "a Delete_rows_v1 event with compressed rows"),
+    169: EventType("Write_rows_compressed", True, "a Write_rows (v2) event with compressed rows"),
+    170: EventType("Update_rows_compressed", True, "an Update_rows (v2) event with compressed rows"),
+    171: EventType("Delete_rows_compressed", True, "a Delete_rows (v2) event with compressed rows"),
+    3: EventType("Stop", False, "the server stopped; the binlog goes on in the next file"),
+    5: EventType("Intvar", False, "an auto-increment value for the statement-logged Query event that follows: "
+                 "that event is what gate reads (and refuses if it changes a captured table)"),
+    13: EventType("RAND", False, "RAND() seeds for the statement-logged Query event that follows (as Intvar)"),
+    14: EventType("User var", False, "a user variable for the statement-logged Query event that follows (as Intvar)"),
+    29: EventType("MySQL Rows_query", False, "the statement text of the row events that follow (MySQL): the rows "
+                  "are what gate reads"),
+    34: EventType("MySQL Anonymous_Gtid", False, "a transaction start without a GTID (MySQL): its BEGIN follows"),
+    35: EventType("MySQL Previous_gtids", False, "the GTIDs of earlier binlogs (MySQL): no change"),
+    160: EventType("Annotate_rows", False, "the statement text of the row events that follow "
+                   "(binlog_annotate_row_events): the rows are what gate reads"),
+    161: EventType("Binlog_checkpoint", False, "the server's crash-recovery marker: no change"),
+    163: EventType("Gtid_list", False, "the GTID state at the start of a binlog file: no change (gate keeps its "
+                   "own from the Gtid events)"),
+}
+# The names of the other types MariaDB and MySQL define, for the error that stops gate at one.
+_OTHER_NAMES = {
+    1: "Start_v3", 6: "Load", 7: "Slave", 8: "Create_file", 9: "Append_block", 10: "Exec_load", 11: "Delete_file",
+    12: "New_load", 17: "Begin_load_query", 18: "Execute_load_query", 20: "Write_rows_event_old",
+    21: "Update_rows_event_old", 22: "Delete_rows_event_old", 26: "Incident", 28: "Ignorable log event",
+    36: "Transaction_context", 37: "View_change", 39: "Partial_update_rows", 40: "Transaction_payload",
+    164: "Start_encryption",
+}
 _TXN_CONTROL = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA END")
 _XA_STATEMENT = re.compile(r"XA\s+(START|BEGIN|COMMIT|ROLLBACK)\s+X'([0-9A-Fa-f]*)',X'([0-9A-Fa-f]*)',(\d+)\s*$", re.I)
 _FL_GROUP_COMMIT_ID, _FL_PREPARED_XA = 0x02, 0x40  # MariaDB GTID event flags
@@ -203,12 +274,35 @@ class BinlogReader:
             server_id=self.server_id, blocking=True,
             only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, XAPrepareEvent, RotateEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
-            slave_heartbeat=self.heartbeat, enable_logging=False,
+            admit=self._admit, slave_heartbeat=self.heartbeat, enable_logging=False,
         )
         if self.boundary.log_file:
             return OwnedStream(resume_stream=True, log_file=self.boundary.log_file,
                                 log_pos=self.boundary.log_pos, **common)
         return OwnedStream(is_mariadb=True, auto_position=self.boundary.gtid_pos, **common)
+
+    def _admit(self, header: EventHeader) -> None:
+        """Let the stream read an event of :data:`EVENT_TYPES`; stop at any other."""
+        if header.type_code not in EVENT_TYPES:
+            name = _OTHER_NAMES.get(header.type_code, "unknown")
+            raise UnhandledEvent(
+                f"The source's binlog holds a {name} event (type {header.type_code}) at "
+                f"{_event_position(header)}, and gate does not know what it changes, so it stops there rather "
+                "than pass it by: its checkpoint stays before the event and a restart stops at it again. See "
+                "the event with 'mariadb-binlog --read-from-remote-server --verbose --start-position="
+                f"{header.start} {header.log_file}' and turn off the server setting or feature that wrote it "
+                "(the sources page of gate's documentation lists what gate reads), or run a gate that reads it. "
+                f"To skip it instead: {_skip(self.channel)}")
+
+    def _undecodable(self, exc: CompressedEventError) -> UnhandledEvent:
+        header: EventHeader = exc.header
+        name = EVENT_TYPES[header.type_code].name
+        return UnhandledEvent(
+            f"The compressed binlog event {name} (type {header.type_code}) at {_event_position(header)} cannot "
+            f"be decompressed: {exc}. gate stops there; its checkpoint stays before the event. Check the binlog "
+            f"with 'mariadb-binlog --read-from-remote-server --verbose --start-position={header.start} "
+            f"{header.log_file}' (the server reads it the same way), and report the event with the source's "
+            f"version if the server decodes it. To skip it instead: {_skip(self.channel)}")
 
     def __iter__(self) -> Iterator[Item]:
         delivered = 0  # items of the open transaction already yielded; skipped after a reconnect
@@ -229,6 +323,8 @@ class BinlogReader:
                         yield item
                     if self._stopped and not delivered:  # a stop ends the stream between transactions
                         break
+            except CompressedEventError as exc:
+                raise self._undecodable(exc) from None
             except (StreamLost, ConnectionFailed, pymysql.err.MySQLError, OSError) as exc:
                 if isinstance(exc, pymysql.err.MySQLError) and not is_transient(exc):
                     raise _fatal(self.server, self.boundary, exc, self.channel) from None
@@ -308,6 +404,16 @@ class BinlogReader:
         gtid_pos = ",".join(self._gtids[d] for d in sorted(self._gtids)) or self.boundary.gtid_pos
         self.boundary = Position(stream.log_file, stream.log_pos, gtid_pos)
         return Commit(self.boundary, timestamp, xa)
+
+
+def _event_position(header: EventHeader) -> str:
+    return f"{header.log_file}:{header.start}" if header.start else f"the start of {header.log_file}"
+
+
+def _skip(channel: str) -> str:
+    return (f"copy the affected tables' current rows to the consumers another way, then move the channel past it "
+            f"with 'gate channel set-position {channel} --file FILE --pos POS' (a transaction boundary after it, "
+            "see SHOW BINLOG EVENTS) or --now.")
 
 
 def _prepared_xid(event: MariadbGtidEvent) -> str | None:

@@ -106,6 +106,11 @@ class UnsupportedEvent(GateError):
     """The binlog holds an event gate cannot translate without guessing; it stops instead of skipping it."""
 
 
+class UnhandledEvent(UnsupportedEvent):
+    """The binlog holds an event of a type gate does not read (or a compressed event that does not
+    decompress): gate stops before it, naming its type and position."""
+
+
 class ChannelBusy(GateError):
     """Another gate process is running the channel."""
 
