@@ -115,12 +115,18 @@ def status(app: App, channel: str, sample: float) -> None:
     if not 0 <= sample <= MAX_SAMPLE:
         raise InvalidValue(f"--sample must be a number of seconds from 0 (no sample) to {MAX_SAMPLE}, not {sample}.")
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck, stale, pending, stop = (result["switches"], result["stuck_rows"], result["stale_consumers"],
-                                             result["snapshots"], result["stopped_by"])
+    switches, stuck, stale, pending, stop, skipped = (result["switches"], result["stuck_rows"],
+                                                      result["stale_consumers"], result["snapshots"],
+                                                      result["stopped_by"], result["skipped"])
+    refused = stop and stop["transaction"]
     text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
-                  "snapshots": len(pending), "stopped_by": stop and stop["error"]})
+                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped),
+                  "refused_transaction": refused and f"{refused['name']} at {refused['log_file']}:{refused['log_pos']}"})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
+    if skipped:
+        text += "\n\nskipped transactions (their changes are not in the DC; each has SKIPPED rows):\n"
+        text += table(skipped, ["at", "transaction", "start", "end", "ids", "tables", "error"])
     if stale:
         text += "\n\nstale consumers (behind the checkpoint, not moved for longer than consumer_max_idle_days):\n"
         text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
