@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from click.testing import Result
 
+from gate.admin.skip import transaction_end
+from gate.common.errors import SkipRefused
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from tests.replay import (
     dc_rows,
@@ -155,3 +157,25 @@ def test_a_refused_transaction_is_skipped_exactly(gate: Gate, sandbox: Sandbox, 
     assert folded["b"] == source["b"]
     assert folded["a"] == [source["a"][0], *without]
     assert source["a"][1:] != without  # the source has the skipped transaction's changes
+
+
+def event(kind: str, end: int, info: str) -> tuple[str, int, str, int, int, str]:
+    """A SHOW BINLOG EVENTS row (its start is not read)."""
+    return ("mysql-bin.000001", 0, kind, 1, end, info)
+
+
+def test_transaction_end_is_the_end_of_its_group_in_the_servers_decoding() -> None:
+    begin = [event("Gtid", 400, "BEGIN GTID 0-1-7"), event("Annotate_rows", 450, "UPDATE a SET v = 1"),
+             event("Table_map", 500, "table_id: 30 (d.a)"), event("Update_rows_v1", 560, "table_id: 30 flags: STMT_END_F")]
+    assert transaction_end([*begin, event("Xid", 591, "COMMIT /* xid=12 */"), event("Gtid", 633, "GTID 0-1-8")],
+                           "0-1-7") == 591
+    assert transaction_end([*begin, event("Query", 620, "COMMIT")], "0-1-7") == 620  # a non-transactional table
+    assert transaction_end([event("Gtid", 400, "BEGIN GTID 0-1-7"), event("Query", 480, "INSERT INTO a VALUES (4)"),
+                            event("Xid", 511, "COMMIT /* xid=9 */")], "0-1-7") == 511  # a statement in a group
+    assert transaction_end([event("Gtid", 400, "GTID 0-1-9"), event("Query", 470, "CREATE TABLE c (id INT)"),
+                            event("Gtid", 512, "GTID 0-1-10")], "0-1-9") == 470  # a statement of its own
+    assert transaction_end(begin, "0-1-7") is None  # its end is not read yet
+    assert transaction_end([], "0-1-7") is None
+    with pytest.raises(SkipRefused, match=r"^The source's binlog holds Gtid 'BEGIN GTID 0-1-7' where transaction "
+                                          r"0-1-6 should start"):
+        transaction_end(begin, "0-1-6")
