@@ -75,6 +75,7 @@ from gate.common.errors import (
 )
 from gate.common.process import start_forkserver
 from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
+from gate.common.server import require_mariadb
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,11 @@ class Pipeline:
 
     def _open_ctl(self) -> pymysql.Connection:
         conn = connect(self.dc, "DC", self.channel)
+        try:
+            require_mariadb(conn, "DC", self.dc.address)
+        except BaseException:
+            conn.close()
+            raise
         holder = take_lock(conn, self.channel)
         if holder is not None:
             conn.close()
@@ -374,6 +380,7 @@ class Pipeline:
         """The source's server_id (for failover fingerprints) into gate_meta, its binlog expiry into the metrics."""
         try:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
+                require_mariadb(conn, "source", source.address)  # before gate reads its binlog, preflight or not
                 cur.execute("SELECT @@server_id")
                 server_id = one_row(cur)[0]
                 self.metrics.binlog_expire = binlog_expire_seconds(cur)
