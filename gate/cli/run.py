@@ -102,8 +102,10 @@ def status(app: App, channel: str, sample: float) -> None:
     the registered consumers that are stale. Then any row the writers cannot write because it is
     larger than the DC server's max_allowed_packet: its id, size and the setting to raise. Last, the
     requested and running snapshots, each with its rows written so far against the source's estimate
-    (see 'gate snapshot'). Last, the error that stopped the last 'gate run', if one did (stopped_by; the
-    next run removes it): e.g. a privilege the DC or the source refused, with the GRANT that fixes it.
+    (see 'gate snapshot'). Then the transactions 'gate channel skip' passed (skipped). Last, the error
+    that stopped the last 'gate run', if one did (stopped_by; the next run removes it): e.g. a privilege
+    the DC or the source refused, with the GRANT that fixes it, or a transaction gate refused
+    (refused_transaction, the one 'gate channel skip' may pass).
 
     Example:
 
