@@ -133,11 +133,7 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
                               f"{holder}), e.g. a create of the same name. Wait for it to end, then look with "
                               "'gate channel list'.")
         dc.check_privileges(conn, name)
-        require_mariadb(conn, "DC", dc_server.address)
-        for role, server in (("source", source), ("standby", standby)):  # with or without the preflight
-            if server is not None:
-                with dc.connect(server, role) as checked:
-                    require_mariadb(checked, role, server.address)
+        require_mariadb(conn, "DC", dc_server.address)  # the servers are checked by the preflight
         if check:
             warnings += require_server(source, server_id, "source")
             if standby is not None:
