@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -105,6 +106,8 @@ def test_a_refused_transaction_is_skipped_exactly(gate: Gate, sandbox: Sandbox, 
     assert checkpoint(sandbox.dc, channel) == (5, 4, file, start)
     status = json.loads(gate("--json", "status", channel, "--sample", "0").stdout)
     assert status["stopped_by"]["transaction"]["name"] == gtid and status["skipped"] == []
+    text = gate("status", channel, "--sample", "0").stdout
+    assert re.search(rf"^refused_transaction +{gtid} at {file}:{start}$", text, re.M), text
 
     wrong = gate("channel", "skip", channel, "--transaction", "0-1-999999")
     assert wrong.exit_code == 1

@@ -40,8 +40,8 @@ class ChannelStatus:
     stale_consumers: list[dict[str, Any]]  # as 'gate consumer list' shows them
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
-    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
     skipped: list[dict[str, Any]]  # transactions 'gate channel skip' passed, oldest first (see gate.admin.skip)
+    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

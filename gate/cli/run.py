@@ -121,9 +121,13 @@ def status(app: App, channel: str, sample: float) -> None:
                                                       result["stale_consumers"], result["snapshots"],
                                                       result["stopped_by"], result["skipped"])
     refused = stop and stop["transaction"]
-    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
-                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped),
-                  "refused_transaction": refused and f"{refused['name']} at {refused['log_file']}:{refused['log_pos']}"})
+    shown = {}
+    for key, value in result.items():
+        shown[key] = value
+        if key == "stopped_by":  # the transaction it stopped at, the one 'gate channel skip' may pass
+            shown["refused_transaction"] = refused and f"{refused['name']} at {refused['log_file']}:{refused['log_pos']}"
+    text = pairs({**shown, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
+                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     if skipped:
