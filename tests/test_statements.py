@@ -178,9 +178,8 @@ def run_until_refused(sandbox: Sandbox, channel: str, tmp_path: Path, before: li
     return (tmp_path / f"{channel}.log").read_text(), at
 
 
-MOVE_ON = ("The change itself cannot be captured from this binlog: copy the table's current rows to the consumers "
-           "another way, then move the channel past the event with 'gate channel set-position {channel} --file FILE "
-           "--pos POS' (a transaction boundary after it, see SHOW BINLOG EVENTS) or --now.")
+MOVE_ON = ("Everything before this transaction is in the DC and checkpointed (id={id} tid={tid}); gate stops here "
+           "again until it is dealt with. To go on without it, run 'gate channel skip {channel} --transaction ")
 
 
 @pytest.mark.parametrize(("statement", "kind", "table"), [
@@ -209,7 +208,7 @@ def test_statement_format_dml_on_a_captured_table_stops_gate(sandbox: Sandbox, u
             f"{position} (the end of its event): gate needs the rows and cannot rebuild them from a statement. A "
             "session set binlog_format to STATEMENT or MIXED (the global value may be ROW). Run SET GLOBAL "
             "binlog_format = 'ROW' (and binlog_format = ROW under [mysqld] in my.cnf) and keep applications from "
-            f"setting it per session. {MOVE_ON.format(channel=unique_name)}\n") in log
+            f"setting it per session. {MOVE_ON.format(id=1, tid=1, channel=unique_name)}") in log
     assert [row[:3] for row in contract_rows(sandbox.dc, unique_name)] == [(db, "cap", "INSERT")]
 
 
@@ -229,7 +228,7 @@ def test_partial_row_images_stop_gate(sandbox: Sandbox, unique_name: str, tmp_pa
                 "columns are missing, and gate would have to write them as NULL. A session set binlog_row_image "
                 "to MINIMAL or NOBLOB (the global value may be FULL). Run SET GLOBAL binlog_row_image = 'FULL' "
                 "(and binlog_row_image = FULL under [mysqld] in my.cnf) and keep applications from setting it "
-                f"per session. {MOVE_ON.format(channel=channel)}\n") in log
+                f"per session. {MOVE_ON.format(id=1, tid=1, channel=channel)}") in log
         assert contract_rows(sandbox.dc, channel) == [
             (db, "t", "INSERT", {"NEW": [{"id": str(len(image))}, {"v": "2"}, {"b": "eQ=="}]})]
 

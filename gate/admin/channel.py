@@ -51,6 +51,7 @@ from gate.common.errors import (
     InvalidValue,
     SchemaVersionError,
 )
+from gate.common.server import require_mariadb
 from gate.common.tls import TlsOptions, TlsSettings, tls_settings
 
 SERVER_IDS = range(100000, 1000000)  # where default server_ids fall
@@ -141,6 +142,7 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
                               f"{holder}), e.g. a create of the same name. Wait for it to end, then look with "
                               "'gate channel list'.")
         dc.check_privileges(conn, name)
+        require_mariadb(conn, "DC", dc_server.address)  # the servers are checked by the preflight
         if check:
             warnings += require_server(source, server_id, "source")
             if standby is not None:

@@ -20,8 +20,9 @@ import pymysql
 from gate.common.config import ServerConfig
 from gate.common.connection import tls_status
 from gate.common.dc import ChannelSettings, connect, one_row
-from gate.common.errors import ConnectionFailed, PreflightFailed
+from gate.common.errors import ConnectionFailed, PreflightFailed, UnsupportedServer
 from gate.common.retry import refusals
+from gate.common.server import TESTED, is_mariadb, unsupported
 
 # setting -> value gate needs; each can be changed at run time and kept in my.cnf
 _DYNAMIC = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
@@ -55,7 +56,7 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
         cur.execute(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
             "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'log_slave_updates', "
-            "'server_id', 'version')"
+            "'server_id', 'version', 'version_comment')"
         )
         found = {name: str(value) for name, value in cur.fetchall()}
         cur.execute("SELECT CURRENT_USER()")
@@ -66,7 +67,8 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
         mariadb = "MariaDB" in found.get("version", "")
         replication = (_replication_problems(cur, replicates_from, account, mariadb)
                        if role == "standby" and replicates_from is not None else [])
-    problems = _variable_problems(found, role)
+    problems = _server_problems(found, role, server.address)
+    problems += _variable_problems(found, role)
     problems += _privilege_problems(granted, account, mariadb)
     if gate_server_id is not None:
         problems += _server_id_problems(int(found["server_id"]), gate_server_id, replicas, account)
@@ -75,8 +77,12 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
 
 def require_server(server: ServerConfig, gate_server_id: int | None, role: str = "source",
                    replicates_from: ServerConfig | None = None) -> list[Problem]:
-    """Raise PreflightFailed listing every fatal problem; return the non-fatal ones (warnings)."""
+    """Raise PreflightFailed listing every fatal problem (UnsupportedServer for a server that is not MariaDB);
+    return the non-fatal ones (warnings)."""
     problems = check_server(server, gate_server_id, role, replicates_from)
+    for problem in problems:
+        if problem.setting == "server":
+            raise UnsupportedServer(problem.fix)
     fatal = [p for p in problems if p.fatal]
     if fatal:
         raise PreflightFailed(describe_failure(server.address, role, fatal))
@@ -159,6 +165,15 @@ def _replica_ids(cur: pymysql.cursors.Cursor) -> list[tuple[int, str]] | None:
     return [(int(row[0]), f"{row[1]}:{row[2]}") for row in cur.fetchall()]
 
 
+def _server_problems(found: dict[str, str], role: str, address: str) -> list[Problem]:
+    """A server that is not MariaDB (MySQL): gate is tested on MariaDB only."""
+    version, comment = found.get("version", ""), found.get("version_comment", "")
+    if is_mariadb(version, comment):
+        return []
+    return [Problem("server", f"{version} ({comment!r})", f"MariaDB (tested: {TESTED})",
+                    unsupported(role, address, version, comment))]
+
+
 def _variable_problems(found: dict[str, str], role: str) -> list[Problem]:
     problems = []
     if found.get("log_bin") != "ON":
@@ -172,7 +187,7 @@ def _variable_problems(found: dict[str, str], role: str) -> list[Problem]:
         if value is None:
             problems.append(Problem(
                 setting, f"not supported by this server ({found.get('version', 'unknown version')})", needed,
-                "upgrade to MariaDB 10.5 or later, or MySQL 8.0.1 or later.",
+                f"upgrade to MariaDB 10.5 or later (tested: {TESTED}).",
             ))
         elif value != needed:
             problems.append(Problem(

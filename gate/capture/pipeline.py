@@ -46,7 +46,7 @@ from gate.capture.reader import (
 from gate.capture.retention import Retainer
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.snapshot import Note, SnapshotEngine
-from gate.capture.stopped import StopRecord, clear_stop, record_stop
+from gate.capture.stopped import StopRecord, clear_stop, record_stop, refused_transaction
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool, forget_stuck, stuck_ids
 from gate.common.columns import rule_keys
@@ -67,9 +67,17 @@ from gate.common.dc import (
     take_lock,
     write_resume,
 )
-from gate.common.errors import ChannelBusy, ConnectionFailed, DrainAbandoned, GateError, ServerRefused
+from gate.common.errors import (
+    ChannelBusy,
+    ConnectionFailed,
+    DrainAbandoned,
+    GateError,
+    ServerRefused,
+    TransactionRefused,
+)
 from gate.common.process import start_forkserver
 from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
+from gate.common.server import require_mariadb
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +212,11 @@ class Pipeline:
 
     def _open_ctl(self) -> pymysql.Connection:
         conn = connect(self.dc, "DC", self.channel)
+        try:
+            require_mariadb(conn, "DC", self.dc.address)
+        except BaseException:
+            conn.close()
+            raise
         holder = take_lock(conn, self.channel)
         if holder is not None:
             conn.close()
@@ -308,7 +321,9 @@ class Pipeline:
             return  # not this run's channel, a deliberate stop, or a DC that may not answer now
         exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
         try:
-            record_stop(self._ctl, self.channel, StopRecord(type(exc).__name__, str(exc), exit_status))
+            transaction = exc.transaction if isinstance(exc, TransactionRefused) else None
+            record_stop(self._ctl, self.channel, StopRecord(type(exc).__name__, str(exc), exit_status,
+                                                            transaction=transaction))
         except pymysql.err.MySQLError as failed:
             log.warning("channel %s: the error that stops gate was not recorded in the DC (%s)", self.channel, failed)
 
@@ -371,6 +386,7 @@ class Pipeline:
         """The source's server_id (for failover fingerprints) into gate_meta, its binlog expiry into the metrics."""
         try:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
+                require_mariadb(conn, "source", source.address)  # before gate reads its binlog, preflight or not
                 cur.execute("SELECT @@server_id")
                 server_id = one_row(cur)[0]
                 self.metrics.binlog_expire = binlog_expire_seconds(cur)
@@ -430,6 +446,7 @@ class Pipeline:
         self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
         self.stats.started = time.monotonic()
         clean = abandoned = False
+        refused: TransactionRefused | None = None
         engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, after: False,
                                 Position(state.log_file, state.log_pos, state.gtid_pos))
         try:
@@ -440,12 +457,17 @@ class Pipeline:
             raise
         except DrainAbandoned:
             abandoned = True  # a second signal while a chunk waited for a writer: _finish says so
+        except TransactionRefused as exc:
+            refused, clean = exc, True  # what was complete before it lands and is checkpointed first
+            raise
         finally:
             if sampler is not None:
                 sampler.stop()
             decoders.close()
             engine.close()
             self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
+            if refused is not None:
+                self._stopped_at(refused, checkpointer.state)
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int,
@@ -474,61 +496,93 @@ class Pipeline:
         next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
         open_txn = False  # a transaction's start read without its end: a stop waits for the end
-        for item in items:
-            if type(item) is Rows:
-                if translator.filter.passes(item.event.schema, item.event.table):
-                    translator.check_image(item)
-                    translator.check_rules(item)
-                    ordering.rows(item, reader.stream)
-            elif type(item) is Begin:
-                if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
-                    next_filter = time.monotonic() + FILTER_EVERY
-                    self._reread_filter(translator, reader.boundary.describe())
-                    ordering.set_rules(translator.rules)
-                    engine.filter, engine.rules = translator.filter, translator.rules
-                open_txn = True
-                ordering.begin(item.xid)
-                engine.begin()
-                metrics.transaction_read()
-            elif type(item) is Commit:
-                open_txn = False
-                self.stats.transactions += 1
-                metrics.last_event_time = item.timestamp
-                ordering.commit(item)
-                engine.at_boundary(reader.boundary, item.timestamp)
-            elif type(item) is Statement:
-                for change in translator.statement(item):
-                    ordering.statement(change, item.timestamp)
-                    if change[2] == "ALTERTABLE" and UNLOGGED in change[3]:
-                        self._unlogged(change, translator, engine, translator.position())
-                    if change[2] in ("RENAME", "DROPTABLE"):
-                        what = "renamed" if change[2] == "RENAME" else "dropped"
-                        engine.cancel(change[0], change[1], f"the table was {what} while it was snapshotted "
-                                      f"(after binlog position {reader.boundary.describe()})")
-            engine.turn(time.monotonic())
-            if type(item) is Idle:
-                engine.at_boundary(reader.boundary)
-                ordering.drain()
-                if not pool.in_flight and checkpointer.pending == 0 and checkpointer.target is None:
-                    metrics.caught_up()
-            else:
-                ordering.apply()
-            if pool.in_flight:
-                checkpointer.committed(pool.acks())
-            if checkpointer.due():
-                self._checkpoint(checkpointer)
-            if self._failure is not None:
-                raise self._failure
-            if self._stopping.is_set() and (not open_txn or self._abandon.is_set()):
-                break  # between transactions, where the reader ends its stream too; at once on a second stop
-            metrics.loop_at = now = time.monotonic()
-            if now >= next_progress and checkpointer.state is not logged:
-                next_progress = now + PROGRESS_EVERY
-                state = logged = checkpointer.state
-                log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
-                         state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
+        begin: Begin | None = None  # the start of the last transaction read
+        try:
+            for item in items:
+                if type(item) is Rows:
+                    if translator.filter.passes(item.event.schema, item.event.table):
+                        translator.check_image(item)
+                        translator.check_rules(item)
+                        ordering.rows(item, reader.stream)
+                elif type(item) is Begin:
+                    begin = item
+                    if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
+                        next_filter = time.monotonic() + FILTER_EVERY
+                        self._reread_filter(translator, reader.boundary.describe())
+                        ordering.set_rules(translator.rules)
+                        engine.filter, engine.rules = translator.filter, translator.rules
+                    open_txn = True
+                    ordering.begin(item.xid)
+                    engine.begin()
+                    metrics.transaction_read()
+                elif type(item) is Commit:
+                    open_txn = False
+                    self.stats.transactions += 1
+                    metrics.last_event_time = item.timestamp
+                    ordering.commit(item)
+                    engine.at_boundary(reader.boundary, item.timestamp)
+                elif type(item) is Statement:
+                    for change in translator.statement(item):
+                        ordering.statement(change, item.timestamp)
+                        if change[2] == "ALTERTABLE" and UNLOGGED in change[3]:
+                            self._unlogged(change, translator, engine, translator.position())
+                        if change[2] in ("RENAME", "DROPTABLE"):
+                            what = "renamed" if change[2] == "RENAME" else "dropped"
+                            engine.cancel(change[0], change[1], f"the table was {what} while it was snapshotted "
+                                          f"(after binlog position {reader.boundary.describe()})")
+                engine.turn(time.monotonic())
+                if type(item) is Idle:
+                    engine.at_boundary(reader.boundary)
+                    ordering.drain()
+                    if not pool.in_flight and checkpointer.pending == 0 and checkpointer.target is None:
+                        metrics.caught_up()
+                else:
+                    ordering.apply()
+                if pool.in_flight:
+                    checkpointer.committed(pool.acks())
+                if checkpointer.due():
+                    self._checkpoint(checkpointer)
+                if self._failure is not None:
+                    raise self._failure
+                if self._stopping.is_set() and (not open_txn or self._abandon.is_set()):
+                    break  # between transactions, where the reader ends its stream too; at once on a second stop
+                metrics.loop_at = now = time.monotonic()
+                if now >= next_progress and checkpointer.state is not logged:
+                    next_progress = now + PROGRESS_EVERY
+                    state = logged = checkpointer.state
+                    log.info("checkpoint id=%d tid=%d at %s; %d rows in %.0f s",
+                             state.id, state.tid, state.describe(), self.stats.rows, now - self.stats.started)
+        except TransactionRefused as refused:  # what was read before its transaction is numbered and sent
+            if open_txn and begin is not None:
+                at = reader.boundary  # the end of the transaction before it
+                refused.transaction = refused_transaction(begin.gtid, at.log_file, at.log_pos, at.gtid_pos,
+                                                          begin.timestamp, refused.tables, type(refused).__name__,
+                                                          str(refused))
+            engine.abandon()
+            ordering.drain(whole_transactions=True)
+            raise
         engine.abandon()
         ordering.drain(whole_transactions=True)
+
+    def _stopped_at(self, refused: TransactionRefused, state: ResumeState) -> None:
+        """The writers have drained after ``refused``: with the checkpoint at its transaction's start, its
+        message names the way past it, else (its start unknown, the checkpoint short of it) that of a restart."""
+        refused_at = refused.transaction
+        if refused_at is None or (refused_at["log_file"], refused_at["log_pos"]) != (state.log_file, state.log_pos):
+            refused.transaction = None
+            refused.args = (f"{refused} The checkpoint stands at {state.describe()}, short of the refused "
+                            f"transaction: run 'gate run {self.channel}' again to write what lies before it.",)
+            return
+        name, tables = refused_at["name"], refused.tables
+        refused.stopped_at(refused_at, (
+            f"Everything before this transaction is in the DC and checkpointed (id={state.id} tid={state.tid}); "
+            f"gate stops here again until it is dealt with. To go on without it, run 'gate channel skip "
+            f"{self.channel} --transaction {name}': it moves the channel past exactly this transaction (from "
+            f"{state.log_file}:{state.log_pos}) and writes a SKIPPED row naming it; its changes are then missing "
+            "from the DC, and a snapshot ('gate snapshot "
+            f"{self.channel} --table {tables[0][0] + '.' + tables[0][1] if tables else 'DB.TABLE'}') brings the "
+            "consumers' copy of the table level with the source."))
+        log.info("channel %s: checkpoint at the start of refused transaction %s", self.channel, name)
 
     def _unlogged(self, change: Change, translator: Translator, engine: SnapshotEngine, at: str) -> None:
         """A statement changed rows without row events: with on_rows_without_events 'snapshot', request a

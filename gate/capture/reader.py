@@ -192,6 +192,13 @@ def _gtid_state(gtid_pos: str | None) -> dict[str, str]:
     return state
 
 
+def gtid_position_after(gtid_pos: str | None, gtid: str) -> str:
+    """The MariaDB GTID position ``gtid_pos`` once transaction ``gtid`` is passed, as the reader keeps it."""
+    state = _gtid_state(gtid_pos)
+    _merge_gtid(state, gtid)
+    return ",".join(state[d] for d in sorted(state))
+
+
 def binlog_files(server: ServerConfig) -> list[str]:
     """SHOW BINARY LOGS of a server, oldest first."""
     with connect(server, "source") as conn, conn.cursor() as cur:

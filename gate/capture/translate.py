@@ -31,11 +31,6 @@ Change = tuple[str, str, str, str]  # dbname, tablename, optype, data (JSON text
 dumps = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
 
 
-def _move_on(channel: str) -> str:
-    return ("The change itself cannot be captured from this binlog: copy the table's current rows to the "
-            f"consumers another way, then move the channel past the event with 'gate channel set-position {channel} "
-            "--file FILE --pos POS' (a transaction boundary after it, see SHOW BINLOG EVENTS) or --now.")
-
 _full_bitmaps: dict[int, bytes] = {}
 
 
@@ -178,7 +173,7 @@ class Translator:
             "row image: some columns are missing, and gate would have to write them as NULL. A session set "
             "binlog_row_image to MINIMAL or NOBLOB (the global value may be FULL). Run SET GLOBAL "
             "binlog_row_image = 'FULL' (and binlog_row_image = FULL under [mysqld] in my.cnf) and keep "
-            f"applications from setting it per session. {_move_on(self.channel)}")
+            "applications from setting it per session.", [(event.schema, event.table)])
 
     def check_rules(self, item: Rows) -> None:
         """Refuse a row event whose table map shows a column rule hitting a primary-key column (checked
@@ -279,4 +274,4 @@ class Translator:
             "of its event): gate needs the rows and cannot rebuild them from a statement. A session set "
             "binlog_format to STATEMENT or MIXED (the global value may be ROW). Run SET GLOBAL binlog_format = "
             "'ROW' (and binlog_format = ROW under [mysqld] in my.cnf) and keep applications from setting it per "
-            f"session. {_move_on(self.channel)}")
+            "session.", list(dict.fromkeys(tables)))

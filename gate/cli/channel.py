@@ -9,6 +9,7 @@ import click
 
 from gate.admin import channel as channels
 from gate.admin import retention
+from gate.admin import skip as skips
 from gate.admin.preflight import describe_tls, tls_report
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, tls_options, warn
@@ -349,6 +350,35 @@ def set_position(app: App, name: str, log_file: str | None, log_pos: int | None,
     state = channels.set_position(app.dc, name, log_file=log_file, log_pos=log_pos, gtid=gtid, now=now)
     data = {"channel": name, **asdict(state)}
     app.emit(data, pairs(data))
+
+
+@channel.command(name="skip")
+@click.argument("name")
+@click.option("--transaction", required=True, metavar="GTID",
+              help="the transaction gate stopped at, as its error and 'gate status' name it (its GTID)")
+@pass_app
+def skip(app: App, name: str, transaction: str) -> None:
+    """Move a stopped channel past the one transaction gate refused.
+
+    gate stops at a transaction that changes a captured table in a form it cannot capture (a statement
+    logged by a session with binlog_format STATEMENT or MIXED, a partial row image of a session with
+    binlog_row_image MINIMAL or NOBLOB), with everything before it written and checkpointed; its error
+    and 'gate status' name the transaction. This command checks that TRANSACTION is that one and that
+    the channel still resumes at its start, finds its end in the source's binlog (SHOW BINLOG EVENTS),
+    and in one DC transaction writes a SKIPPED row per table the refused change names (their own tid)
+    and moves the checkpoint and the resume position past exactly that transaction. Its changes are
+    then missing from the DC: 'gate snapshot NAME --table DB.TABLE' brings the tables level again.
+    'gate status' lists the skipped transactions.
+
+    Example:
+
+    \b
+        gate channel skip shop --transaction 0-1-4711
+    """
+    skipped = skips.skip(app.dc, name, transaction).as_row()
+    app.emit({"channel": name, **skipped},
+             f"channel {name}: skipped transaction {skipped['transaction']} ({skipped['start']} to {skipped['end']}); "
+             f"SKIPPED row(s) {', '.join(map(str, skipped['ids']))}")
 
 
 def _set_server(app: App, name: str, role: str, address: str | None, user: str | None, password: str | None,

@@ -102,8 +102,10 @@ def status(app: App, channel: str, sample: float) -> None:
     the registered consumers that are stale. Then any row the writers cannot write because it is
     larger than the DC server's max_allowed_packet: its id, size and the setting to raise. Last, the
     requested and running snapshots, each with its rows written so far against the source's estimate
-    (see 'gate snapshot'). Last, the error that stopped the last 'gate run', if one did (stopped_by; the
-    next run removes it): e.g. a privilege the DC or the source refused, with the GRANT that fixes it.
+    (see 'gate snapshot'). Then the transactions 'gate channel skip' passed (skipped). Last, the error
+    that stopped the last 'gate run', if one did (stopped_by; the next run removes it): e.g. a privilege
+    the DC or the source refused, with the GRANT that fixes it, or a transaction gate refused
+    (refused_transaction, the one 'gate channel skip' may pass).
 
     Example:
 
@@ -115,12 +117,22 @@ def status(app: App, channel: str, sample: float) -> None:
     if not 0 <= sample <= MAX_SAMPLE:
         raise InvalidValue(f"--sample must be a number of seconds from 0 (no sample) to {MAX_SAMPLE}, not {sample}.")
     result = channel_status(app.dc, channel, sample).as_dict()
-    switches, stuck, stale, pending, stop = (result["switches"], result["stuck_rows"], result["stale_consumers"],
-                                             result["snapshots"], result["stopped_by"])
-    text = pairs({**result, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
-                  "snapshots": len(pending), "stopped_by": stop and stop["error"]})
+    switches, stuck, stale, pending, stop, skipped = (result["switches"], result["stuck_rows"],
+                                                      result["stale_consumers"], result["snapshots"],
+                                                      result["stopped_by"], result["skipped"])
+    refused = stop and stop["transaction"]
+    shown = {}
+    for key, value in result.items():
+        shown[key] = value
+        if key == "stopped_by":  # the transaction it stopped at, the one 'gate channel skip' may pass
+            shown["refused_transaction"] = refused and f"{refused['name']} at {refused['log_file']}:{refused['log_pos']}"
+    text = pairs({**shown, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
+                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped)})
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
+    if skipped:
+        text += "\n\nskipped transactions (their changes are not in the DC; each has SKIPPED rows):\n"
+        text += table(skipped, ["at", "transaction", "start", "end", "ids", "tables", "error"])
     if stale:
         text += "\n\nstale consumers (behind the checkpoint, not moved for longer than consumer_max_idle_days):\n"
         text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])

@@ -135,12 +135,41 @@ class WriterFailed(GateError):
     """A writer hit an error that retrying cannot fix."""
 
 
-class StatementFormatChange(GateError):
+class TransactionRefused(GateError):
+    """A transaction changes a captured table in a form gate cannot capture. gate stops at its start, with
+    everything before it written and checkpointed; ``gate channel skip`` moves past exactly it.
+
+    ``tables``: the captured (db, table) pairs the refused event changes. ``transaction``: the refused
+    transaction (GTID, start position, time), set by the pipeline once the checkpoint stands at its start."""
+
+    def __init__(self, message: str, tables: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.tables = list(tables or [])
+        self.transaction: dict[str, object] | None = None
+
+    def stopped_at(self, transaction: dict[str, object], way_past: str) -> None:
+        """The pipeline has checkpointed up to the refused ``transaction``: the message ends with the way past it."""
+        self.transaction = transaction
+        self.args = (f"{self.args[0]} {way_past}",)
+
+
+class StatementFormatChange(TransactionRefused):
     """A captured table was changed by a statement logged as text (binlog_format STATEMENT or MIXED)."""
 
 
-class PartialRowImage(GateError):
+class PartialRowImage(TransactionRefused):
     """A row event of a captured table lacks columns (binlog_row_image MINIMAL or NOBLOB)."""
+
+
+class SkipRefused(GateError):
+    """``gate channel skip`` was asked to skip a transaction that is not the one the channel stopped at."""
+
+
+class UnsupportedServer(GateError):
+    """The source or the DC is not a MariaDB server (e.g. MySQL): gate is tested on MariaDB only. Retrying
+    cannot help, so the exit status tells systemd not to restart gate."""
+
+    exit_code = 3
 
 
 class LoadError(GateError):

@@ -36,6 +36,11 @@ SNAPSHOTSTART forgets every row held for the table; SNAPSHOT upserts its row by 
 (the whole row for a table without one), as INSERT and UPDATE do; DELETE removes. At SNAPSHOTEND with
 state ``done`` the image is the source table as of that point; with ``cancelled`` it is incomplete.
 
+**Skipped transactions.** A SKIPPED row (``Change.ddl["SKIPPED"]``: the transaction, its binlog range, the
+tables and the error) says that ``gate channel skip`` moved the channel past a source transaction gate
+refused: its changes to that table are not in the channel, so an image of the table may differ from the
+source until a snapshot of it.
+
 The DC connection is gate's own PyMySQL connection for a :class:`ServerConfig`, or one borrowed from
 the pool of a SQLAlchemy engine (or URL) ``mysql+pymysql://user:password@host:port/`` (see
 :mod:`gate.consume.link`); rows and cursors are the same either way.
@@ -67,7 +72,8 @@ if TYPE_CHECKING:
 
 DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
 SNAPSHOT_OPTYPES = frozenset({"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"})
-OPTYPES = DML_OPTYPES | SNAPSHOT_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE"}
+OPTYPES = DML_OPTYPES | SNAPSHOT_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE",
+                                           "SKIPPED"}
 
 Image = dict[str, "str | None"]
 MAKE_CURSOR = ("Make one with consumer.position(ID), the cursor right after row ID (consumer.checkpoint() is the "
