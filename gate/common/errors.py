@@ -138,6 +138,10 @@ class PartialRowImage(GateError):
     """A row event of a captured table lacks columns (binlog_row_image MINIMAL or NOBLOB)."""
 
 
+class RowMetadataMissing(GateError):
+    """A table map of a captured table lacks the column names and labels (binlog_row_metadata below FULL)."""
+
+
 class LoadError(GateError):
     """The output directory does not fit the channel or has been tampered with."""
 
