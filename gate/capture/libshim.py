@@ -17,6 +17,20 @@ gate touches the library's private names. What gate relies on, and why:
   (``admit``), and to hand the library MariaDB's compressed events (``log_bin_compress``) as the
   uncompressed events they stand for (:mod:`gate.capture.compressed`), which it can parse. The
   library reads ``__use_checksum`` and ``__post_header_lengths`` for that too.
+- ``BinLogStreamReader._BinLogStreamReader__checksum_enabled`` and ``__use_checksum``: the library asks
+  the server's binlog_checksum once, at connect, and strips (or not) the 4 trailing bytes of every event
+  by that answer, while the server writes each binlog file with the checksum setting it had when the file
+  began (``SET GLOBAL binlog_checksum`` rotates to a new file) and says which in the file's Format
+  Description event. When the setting was NONE at connect, the library also left
+  ``@master_binlog_checksum`` unset, and the server refuses (1236) to send a file with checksums to such
+  a replica. :class:`OwnedStream` always announces that it reads checksums (asking for none on the
+  server's first, made-up Rotate event) and follows each file's Format Description event, as a MariaDB
+  replica does.
+- ``BinLogStreamReader._BinLogStreamReader__check_optional_meta_data`` and ``__optional_meta_data``: the
+  library parses a table map's optional metadata (column names, signedness, charsets, ENUM and SET
+  labels) only when the server's binlog_row_metadata was FULL when it connected; gate parses whatever each
+  table map carries, and refuses a table map without column names (see
+  :meth:`~gate.capture.translate.Translator.check_metadata`), whatever the setting is now.
 - ``__use_checksum``, ``__optional_meta_data``, ``__post_header_lengths`` and the control
   connection's ``charset`` and ``_get_dbms()``: what the library needs to rebuild a row event from its
   raw bytes in a decoder process (:class:`StreamFormat`, :func:`rebuild_rows_event`), along with
@@ -45,14 +59,17 @@ from typing import Any
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import BinLogEvent
+from pymysqlreplication.event import BinLogEvent, FormatDescriptionEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from gate.capture.compressed import UNCOMPRESSED_TYPE, CompressedEventError, inflate_event
-from gate.common.errors import StreamLost
+from gate.common.errors import StreamLost, UnsupportedEvent
 
 ROW_EVENT_CLASSES = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
+
+
+_CHECKSUM_ALGORITHMS = {0: False, 1: True}  # a Format Description event's checksum algorithm: OFF, CRC32
 
 
 @dataclass(frozen=True)
@@ -70,15 +87,55 @@ Admit = Callable[[EventHeader], None]  # raises for an event gate must not read 
 
 class OwnedStream(BinLogStreamReader):
     """BinLogStreamReader that connects once and says so when it would reconnect on its own, shows every
-    event's header to ``admit`` first, and inflates compressed events (see the module docstring)."""
+    event's header to ``admit`` first, inflates compressed events and follows each binlog file's checksum
+    setting (see the module docstring)."""
 
     _connected_once = False
+    _format: StreamFormat | None = None
 
     def __init__(self, *, admit: Admit, **kwargs: Any) -> None:
-        """``admit(header)``: called for every event the server sends, before the library sees it;
-        raises for one that must stop the stream."""
-        super().__init__(**kwargs)
+        """The library's keyword arguments; Format Description events are read (and not yielded) whatever
+        ``only_events`` asks. ``admit(header)``: called for every event the server sends, before the library
+        sees it; raises for one that must stop the stream."""
+        super().__init__(**{**kwargs, "only_events": [*kwargs["only_events"], FormatDescriptionEvent]})
         self._admit = admit
+
+    @property
+    def format(self) -> StreamFormat:
+        """What rebuilding a row event of the binlog file being read needs (a new object for each file)."""
+        if self._format is None:
+            self._format = StreamFormat.of(self)
+        return self._format
+
+    def fetchone(self) -> Any:
+        """The library's next event; a Format Description event (each binlog file's first) sets whether the
+        events after it end with a checksum."""
+        while True:
+            event = super().fetchone()
+            if type(event) is not FormatDescriptionEvent:
+                return event
+            use_checksum = _CHECKSUM_ALGORITHMS.get(event.checksum_algorithm)
+            if use_checksum is None:
+                raise UnsupportedEvent(
+                    f"The binlog file {self.log_file} is written with checksum algorithm {event.checksum_algorithm}, "
+                    "which gate does not know (it reads binlog_checksum NONE and CRC32). Run SET GLOBAL "
+                    "binlog_checksum = 'CRC32' (and binlog_checksum = CRC32 under [mysqld] in my.cnf); gate stops "
+                    "rather than guess where the file's events end.")
+            self._BinLogStreamReader__use_checksum = use_checksum
+            self._format = None
+
+    def _BinLogStreamReader__checksum_enabled(self) -> bool:  # noqa: N802
+        """Tell the server that gate reads checksummed binlogs (else it refuses to send them) and that its
+        first, made-up Rotate event should carry none: from there on each file's Format Description event
+        says (:meth:`fetchone`). Returns whether the events before the first such event carry one."""
+        cur = self._stream_connection.cursor()
+        cur.execute("SET @master_binlog_checksum = 'NONE'")
+        cur.close()
+        return False
+
+    def _BinLogStreamReader__check_optional_meta_data(self) -> None:  # noqa: N802
+        """Parse the optional metadata of every table map, whatever binlog_row_metadata is now."""
+        self._BinLogStreamReader__optional_meta_data = True
 
     def _BinLogStreamReader__connect_to_stream(self) -> None:  # noqa: N802 (name-mangled override)
         if self._connected_once:

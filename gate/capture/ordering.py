@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Protocol
 
 from gate.capture.decoder import Job
@@ -119,7 +120,7 @@ class Ordering:
     numbered chunks with their boundaries out, through ``emit``."""
 
     def __init__(self, sequencer: Sequencer, instance: str, decoders: Decoding, emit: Emit, batch_rows: int,
-                 prepared: PreparedChanges, job_format: Callable[[Any], StreamFormat] = StreamFormat.of,
+                 prepared: PreparedChanges, job_format: Callable[[Any], StreamFormat] = attrgetter("format"),
                  flush_after: float = FLUSH_AFTER, job_bytes: int = JOB_BYTES, start: ResumeState | None = None,
                  snapshots: Callable[[float], None] = lambda timeout: None) -> None:
         self.sequencer = sequencer
@@ -135,7 +136,6 @@ class Ordering:
         self._queued: deque[float] = deque()  # when each op of _ops was queued
         self.hold_back = 0.0  # seconds an op stays queued before it is applied (while snapshots run)
         self._job: Job | None = None  # the job being filled, not yet sent
-        self._job_stream: Any = None  # the library stream its events came from
         self._jobs = 0
         self._rows: list[DCRow] = []
         self._open_at: int | None = None  # where in _rows the transaction applied without its end yet starts
@@ -165,12 +165,14 @@ class Ordering:
     # --- input, in binlog order ---------------------------------------------------------------
 
     def rows(self, item: Rows, stream: Any) -> None:
-        """A captured row event read from ``stream`` (after a reconnect, a new stream: a new job)."""
-        if self._job is not None and self._job_stream is not stream:
+        """A captured row event read from ``stream``. A job holds the events of one format: another binlog
+        file (whose checksum setting may differ) or a new stream after a reconnect starts a new job."""
+        fmt = self.job_format(stream)
+        if self._job is not None and self._job.fmt is not fmt:
             self._send()
         if self._job is None:
             self._jobs += 1
-            self._job, self._job_stream = Job(self._jobs, self.job_format(stream), rules=self.rules), stream
+            self._job = Job(self._jobs, fmt, rules=self.rules)
         self._push(RowsOp(self._job, self._job.add(item), item.event.timestamp))
         if self._job.nbytes >= self.job_bytes:
             self._send()

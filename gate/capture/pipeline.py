@@ -501,6 +501,7 @@ class Pipeline:
             for item in items:
                 if type(item) is Rows:
                     if translator.filter.passes(item.event.schema, item.event.table):
+                        translator.check_metadata(item)
                         translator.check_image(item)
                         translator.check_rules(item)
                         ordering.rows(item, reader.stream)

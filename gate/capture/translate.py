@@ -22,7 +22,7 @@ from gate.capture.libshim import row_data
 from gate.capture.reader import Rows, Statement
 from gate.capture.values import BinaryFormat, ImageRenderer
 from gate.common.columns import ColumnRule, Transform, chain, matching, rule_keys
-from gate.common.errors import ColumnRuleRefused, PartialRowImage, StatementFormatChange
+from gate.common.errors import ColumnRuleRefused, PartialRowImage, RowMetadataMissing, StatementFormatChange
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,26 @@ class Translator:
             self._shapes[shape] = build(event.columns, self.tz, self.binary_format,
                                         self._treatments(event) if self.rules else (), f"{event.schema}.{event.table}")
         return self._shapes[shape]
+
+    def check_metadata(self, item: Rows) -> None:
+        """Refuse a row event (of a captured table) whose table map lacks the column names: logged with
+        binlog_row_metadata below FULL, it also lacks the ENUM and SET labels and the primary key, and the
+        library would name the columns UNKNOWN_COL0... (its check, the library's column_name_flag, is set
+        only when it applied the table map's own names, charsets, signedness and labels)."""
+        event = item.event
+        if event.table_map[event.table_id].column_name_flag:
+            return
+        raise RowMetadataMissing(
+            f"The binlog holds a table map of {event.schema}.{event.table} without column names (its row event "
+            f"ends at binlog position {self.position()}): the source logged it with binlog_row_metadata below "
+            "FULL (MINIMAL or NO_LOG), which leaves out the column names, ENUM and SET labels and primary key "
+            "that gate needs to write the rows. Run SET GLOBAL binlog_row_metadata = 'FULL' (and "
+            "binlog_row_metadata = FULL under [mysqld] in my.cnf). The transactions logged before that cannot "
+            "be decoded, and gate stops at each of them: skip them one by one as said below, or all at once by "
+            f"moving the channel with 'gate channel set-position {self.channel} --file FILE --pos POS' (the first "
+            "transaction logged after the change back, see SHOW BINLOG EVENTS), then snapshot the tables they "
+            f"changed ('gate snapshot {self.channel} --table {event.schema}.{event.table}', and so on) so that the "
+            "consumers' copy converges.", [(event.schema, event.table)])
 
     def check_image(self, item: Rows) -> None:
         """Refuse a row event (of a captured table) whose images lack columns: gate never fills them in."""

@@ -172,6 +172,10 @@ class UnsupportedServer(GateError):
     exit_code = 3
 
 
+class RowMetadataMissing(TransactionRefused):
+    """A table map of a captured table lacks the column names and labels (binlog_row_metadata below FULL)."""
+
+
 class LoadError(GateError):
     """The output directory does not fit the channel or has been tampered with."""
 
