@@ -124,6 +124,9 @@ def status(app: App, channel: str, sample: float) -> None:
     if stale:
         text += "\n\nstale consumers (behind the checkpoint, not moved for longer than consumer_max_idle_days):\n"
         text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
+    if result["dc_stalled_seconds"]:
+        text += (f"\n\nWARNING: the DC has made no progress for {result['dc_stalled_seconds']:.0f} s while the "
+                 "writers or the checkpoint wait for it; gate's log names what waits.")
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
     if stop:
