@@ -65,8 +65,8 @@ class DcWatch:
             if quiet < STALL_AFTER or (self._stalled_at is not None and now - self._warned_at < WARN_EVERY):
                 return
             self._stalled_at, self._warned_at = self._moved_at, now
-        log.warning("DC %s has made no progress for %.0f s: %s wait for it (a slow, locked or unreachable DC "
-                    "server, or a network partition)", self.server, quiet, what)
+        log.warning("DC %s has made no progress for %.0f s; waiting for it: %s (a slow, locked or unreachable "
+                    "DC server, or a network partition)", self.server, quiet, what)
 
     def _run(self) -> None:
         while not self._stop.wait(CHECK_EVERY):
