@@ -20,7 +20,7 @@ import pyspark
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from gate.common.config import ServerConfig, check_identifier
+from gate.common.config import CONNECT_TIMEOUT, READ_TIMEOUT, ServerConfig, check_identifier
 from spark_readers.delta import SETTINGS as DELTA_SETTINGS
 from spark_readers.delta import delta_jars
 from spark_readers.gate_format import register
@@ -62,9 +62,15 @@ class ChannelSource:
 
     def jdbc_options(self) -> dict[str, str]:
         """Options for ``spark.read.format("jdbc")``; the password goes in ``password`` (which Spark redacts),
-        never in the URL; the DC's TLS settings as Connector/J's own properties."""
+        never in the URL; the DC's TLS settings and gate's network timeouts as Connector/J's own properties."""
         return {"url": self.jdbc_url, "driver": JDBC_DRIVER, "user": self.dc.user,
-                "password": self.dc.password.reveal(), **self.dc.tls.jdbc_properties()}
+                "password": self.dc.password.reveal(), **self.dc.tls.jdbc_properties(), **jdbc_timeouts()}
+
+
+def jdbc_timeouts() -> dict[str, str]:
+    """gate's connect and read timeouts (gate.common.config) as Connector/J's properties, in milliseconds:
+    an executor whose DC link goes silent fails its task instead of hanging (Spark retries the task)."""
+    return {"connectTimeout": str(CONNECT_TIMEOUT * 1000), "socketTimeout": str(READ_TIMEOUT * 1000)}
 
 
 def spark_session(master: str | None = None, app_name: str = "gate-spark-readers",

@@ -117,7 +117,8 @@ def test_spark_reads_over_tls(spark: SparkSession, box: Sandbox, config: Path) -
     """Connector/J (the JDBC reader) and format("gate")'s executors verify the DC as gate does."""
     source = ChannelSource(server_config(box.dc), "tlsrun")
     assert {k: v for k, v in source.jdbc_options().items() if k not in ("url", "driver", "user", "password")} == {
-        "useSsl": "true", "serverSslCert": str(box.tls_dir / "ca.pem")}
+        "useSsl": "true", "serverSslCert": str(box.tls_dir / "ca.pem"), "connectTimeout": "5000",
+        "socketTimeout": "120000"}
     with connect(server_config(box.dc), "DC", "tlsrun") as conn, conn.cursor() as cur:
         cur.execute("SELECT id FROM transfer_checkpoint")
         (end,) = cur.fetchone()

@@ -12,11 +12,12 @@ from gate.admin.retention import describe
 from gate.admin.skip import skipped_transactions
 from gate.admin.snapshot import read_snapshots
 from gate.capture.lag import source_lag
+from gate.capture.metrics import running_figure
 from gate.capture.retention import plan
 from gate.capture.stopped import read_stop
 from gate.capture.writer import STUCK_KEY
 from gate.common.config import ServerConfig
-from gate.common.dc import connect, lock_holder, one_row, q, read_resume, read_settings
+from gate.common.dc import connect, one_row, q, read_resume, read_settings, running_gate
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ChannelStatus:
     checkpoint_tid: int
     last_create_time: str | None
     lag_seconds: float | None
+    dc_stalled_seconds: float | None  # the running gate's gate_dc_stalled_seconds (None: it serves no metrics)
     rows_per_second: float | None
     standby: str | None
     standby_sample_age_seconds: float | None  # DC clock now minus the newest sample's standby clock
@@ -53,7 +55,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         settings = read_settings(conn, channel)
         first = read_resume(conn, channel)
         started = time.monotonic()
-        running = lock_holder(conn, channel) is not None
+        holder, runner = running_gate(conn, channel)
+        running = holder is not None
         if sample_seconds > 0 and running:
             time.sleep(sample_seconds)
         state = read_resume(conn, channel)
@@ -82,6 +85,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         source_position=source_pos, resume_position=resume_pos, checkpoint_id=state.id,
         checkpoint_tid=state.tid, last_create_time=str(last) if last else None,
         lag_seconds=lag,
+        dc_stalled_seconds=running_figure(runner.metrics, "gate_dc_stalled_seconds", channel)
+        if runner is not None and runner.metrics else None,
         rows_per_second=None if rate is None else round(rate, 1),
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),

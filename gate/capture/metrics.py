@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,11 +21,13 @@ from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from gate.capture.checkpoint import Checkpointer
 from gate.capture.lag import lag_seconds
 from gate.capture.retention import ConsumerInfo, RetentionFigures
+from gate.capture.stall import DcWatch
 from gate.common.dc import ResumeState
 from gate.common.errors import MetricsPortBusy
 
@@ -53,12 +57,14 @@ class Source(Protocol):
 
 @dataclass
 class Stage:
-    """What one run on one source has going: the reader, the two pools and the checkpointer."""
+    """What one run on one source has going: the reader, the two pools, the checkpointer and the DC's
+    stall watch."""
 
     reader: Source
     decoders: Queue
     writers: Queue
     checkpointer: Checkpointer
+    dc: DcWatch | None = None
 
     @property
     def checkpoint(self) -> ResumeState:
@@ -99,6 +105,9 @@ class RunMetrics:
     progress_at: float = field(default_factory=time.monotonic)
     caught_up_at: float = 0.0  # wall clock: when the reader last stood at the source's end with nothing pending
     at_end: bool = False  # no transaction read since then
+    # source times of the transactions read and not checkpointed yet, by where each ends in the binlog
+    unsettled: deque[tuple[tuple[int, str, int], int]] = field(default_factory=deque)
+    open_since: int | None = None  # source time of the transaction being read (its start read, not its end)
     started_at: float = field(default_factory=time.time)
     retention: RetentionFigures = field(default_factory=RetentionFigures)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
@@ -120,6 +129,8 @@ class RunMetrics:
         if self.stage is not None:
             self.earlier_disconnects += self.stage.reader.disconnects
         self.stage = stage
+        self.unsettled.clear()
+        self.open_since = None
         self.loop_at = self.progress_at = time.monotonic()
 
     def chunk_written(self, optypes: dict[str, int], seconds: float) -> None:
@@ -129,6 +140,9 @@ class RunMetrics:
 
     def checkpointed(self, state: ResumeState) -> None:
         self.progress_at = time.monotonic()
+        unsettled, at = self.unsettled, _binlog_order(state.log_file, state.log_pos)
+        while unsettled and unsettled[0][0] <= at:
+            unsettled.popleft()
         if state.event_time:
             self._visible.observe(max(0.0, time.time() - state.event_time))
 
@@ -137,23 +151,32 @@ class RunMetrics:
         self.caught_up_at = time.time()
         self.at_end = True
 
-    def transaction_read(self) -> None:
+    def transaction_read(self, timestamp: int) -> None:
         """A transaction's start: gate is not at the source's end until a heartbeat finds it checkpointed."""
         self.at_end = False
+        self.open_since = timestamp
+
+    def transaction_ended(self, log_file: str | None, log_pos: int | None) -> None:
+        """The open transaction ended at ``log_file:log_pos``: it counts until a checkpoint passes that."""
+        if self.open_since is not None:
+            self.unsettled.append((_binlog_order(log_file, log_pos), self.open_since))
+            self.open_since = None
 
     # --- what the endpoints say -------------------------------------------------------------
 
     def lag(self) -> float:
         """:func:`~gate.capture.lag.lag_seconds`: 0 while the source's last heartbeat (at most AT_END_FRESH
-        seconds ago, with the stream open) found gate at its end with everything checkpointed; else how long
-        since the last checkpointed transaction was committed on the source, or since gate last stood at the
-        source's end if that is more recent (since gate started, if neither happened)."""
+        seconds ago, with the stream open) found gate at its end with everything checkpointed; else the age
+        of the oldest transaction read and not checkpointed. With none such (gate has not read what follows
+        the checkpoint yet: it starts, or the source is unreachable), the time since gate last stood at the
+        source's end (since gate started, if it has not yet): the least the lag can be."""
         stage, now = self.stage, time.time()
         if stage is None:
             return 0.0
         at_end = self.at_end and stage.reader.connected and now - self.caught_up_at <= AT_END_FRESH
-        lag = lag_seconds(at_end, now, stage.checkpoint.event_time, self.caught_up_at)
-        return max(0.0, now - self.started_at) if lag is None else lag
+        oldest = self.unsettled[0][1] if self.unsettled else self.open_since
+        lag = lag_seconds(at_end, now, oldest)
+        return max(0.0, now - (self.caught_up_at or self.started_at)) if lag is None else lag
 
     def health(self) -> tuple[bool, str]:
         stage, now = self.stage, time.monotonic()
@@ -229,6 +252,9 @@ class _Figures(Collector):
                     stage.checkpoint.id)
         yield gauge("gate_checkpoint_tid", "transfer_checkpoint tid", stage.checkpoint.tid)
         yield gauge("gate_source_connected", "1 while the binlog stream is open", int(stage.reader.connected))
+        yield gauge("gate_dc_stalled_seconds", "Seconds the DC has made no progress while the writers or the "
+                    "checkpoint wait for it, once gate has warned of it (0: not stalled)",
+                    stage.dc.stalled_for if stage.dc is not None else 0.0)
         yield counter("gate_source_disconnects_total", "Binlog streams lost",
                       m.earlier_disconnects + stage.reader.disconnects)
         for kind, pool in (("decoder", stage.decoders), ("writer", stage.writers)):
@@ -266,6 +292,21 @@ def _retention(channel: str, figures: RetentionFigures) -> Iterator[Metric]:
         for consumer in consumers:
             per.add_metric([channel, consumer.name], read(consumer))
         yield per
+
+
+def running_figure(address: str, name: str, channel: str) -> float | None:
+    """The figure ``name`` of ``channel`` as the gate serving its metrics on ``address`` (HOST:PORT) has it
+    now; None when that gate does not answer within a second or has no such figure."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=1.0) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("channel") == channel:
+                return float(sample.value)
+    return None
 
 
 class MetricsServer:
@@ -314,3 +355,9 @@ class MetricsServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _binlog_order(log_file: str | None, log_pos: int | None) -> tuple[int, str, int]:
+    """A binlog position as a key that sorts as the binlog does (mysql-bin.999999 before mysql-bin.1000000)."""
+    name = log_file or ""
+    return len(name), name, log_pos or 0

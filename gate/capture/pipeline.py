@@ -46,6 +46,7 @@ from gate.capture.reader import (
 from gate.capture.retention import Retainer
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.snapshot import Note, SnapshotEngine
+from gate.capture.stall import DcWatch
 from gate.capture.stopped import StopRecord, clear_stop, record_stop, refused_transaction
 from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool, forget_stuck, stuck_ids
@@ -83,6 +84,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10.0
 FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
+ABANDON_WITHIN = 3.0  # seconds gate may take to end after a second stop signal, whatever the network does
 T = TypeVar("T")
 
 
@@ -188,6 +190,7 @@ class Pipeline:
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
         self._retainer: Retainer | None = None
+        self._watch: DcWatch | None = None  # the run's DC stall warnings
         self._failure: GateError | None = None  # what stopped a thread beside the main loop, raised by the loop
         self._stuck: list[int] = []  # ids of stuck_row notes above the checkpoint, left by an earlier run
         self._on_rows_without_events = "snapshot"  # the channel's setting, read at start and with the filter
@@ -207,6 +210,24 @@ class Pipeline:
         self._stopping.set()
         if self._reader is not None:
             self._reader.stop()
+
+    def _signalled(self) -> None:
+        """SIGTERM or SIGINT of the gate process: :meth:`stop`; from the second one on, gate ends within
+        ABANDON_WITHIN seconds even if a connection hangs (its read timeout is far longer): the process
+        exits as after kill -9, and the next run removes and rewrites what lies above the checkpoint."""
+        self.stop()
+        if self._abandon.is_set():
+            timer = threading.Timer(ABANDON_WITHIN, self._exit_now)
+            timer.daemon = True
+            timer.start()
+
+    def _exit_now(self) -> None:
+        log.error("channel %s did not end within %g s of the second stop signal (a server does not answer); "
+                  "exiting now. The next 'gate run %s' removes the rows above the checkpoint and reads them "
+                  "again, so nothing is lost.", self.channel, ABANDON_WITHIN, self.channel)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(DrainAbandoned.exit_code)
 
     # --- DC control connection: holds the channel lock and writes checkpoints -------------------
 
@@ -297,7 +318,7 @@ class Pipeline:
         """Run until stopped; when the source stays down and a standby is set, switch to it and go on."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.stop())
+                signal.signal(sig, lambda *_: self._signalled())
         start_forkserver(["gate.capture.children"])  # it loads the children's modules while gate starts up
         try:
             with refusals("DC", self.dc, "a statement of gate's control connection", self.channel):
@@ -407,7 +428,7 @@ class Pipeline:
         self._on_rows_without_events = defaults.on_rows_without_events
         with ExitStack() as not_started:  # the children start first, while gate connects to the source
             pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
-                              on_written=self.metrics.chunk_written)
+                              on_written=self._chunk_written)
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)
@@ -443,14 +464,17 @@ class Pipeline:
                  defaults.writers, f", standby {settings.standby.address}" if settings.standby else "")
         if sampler is not None:
             sampler.start()
-        self.metrics.begin(Stage(reader, decoders, pool, checkpointer))
+        self._watch = watch = DcWatch(self.dc.address, lambda: _waiting(pool, checkpointer))
+        watch.start()
+        self.metrics.begin(Stage(reader, decoders, pool, checkpointer, watch))
         self.stats.started = time.monotonic()
-        clean = abandoned = False
+        clean = abandoned = partial = False
         refused: TransactionRefused | None = None
         engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, after: False,
                                 Position(state.log_file, state.log_pos, state.gtid_pos))
         try:
-            self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders, defaults.batch_rows, engine)
+            partial = self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders,
+                                 defaults.batch_rows, engine)
             clean = True
         except SourceDown:
             clean = True  # what the writers have is good: drain it and checkpoint before the switch
@@ -465,16 +489,22 @@ class Pipeline:
                 sampler.stop()
             decoders.close()
             engine.close()
-            self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
+            try:
+                self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
+            finally:
+                watch.stop()
             if refused is not None:
                 self._stopped_at(refused, checkpointer.state)
+        if partial:
+            self._remove_partial(checkpointer.state)
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int,
-              engine: SnapshotEngine) -> None:
+              engine: SnapshotEngine) -> bool:
         """Read items into the ordering (row events of captured tables, transaction starts and ends,
         translated statements, snapshot chunks at their binlog positions); its chunks go to the writers
-        and its boundaries to the checkpointer."""
+        and its boundaries to the checkpointer. True when it stopped inside a transaction (the reader lost
+        the source after a stop signal, or a second signal came): chunks of it may be written."""
 
         def emit(chunk_no: int, rows: list[DCRow], boundary: ResumeState | None, resolved: list[str],
                  notes: list[Note]) -> None:
@@ -515,11 +545,12 @@ class Pipeline:
                     open_txn = True
                     ordering.begin(item.xid)
                     engine.begin()
-                    metrics.transaction_read()
+                    metrics.transaction_read(item.timestamp)
                 elif type(item) is Commit:
                     open_txn = False
                     self.stats.transactions += 1
                     metrics.last_event_time = item.timestamp
+                    metrics.transaction_ended(item.position.log_file, item.position.log_pos)
                     ordering.commit(item)
                     engine.at_boundary(reader.boundary, item.timestamp)
                 elif type(item) is Statement:
@@ -564,6 +595,21 @@ class Pipeline:
             raise
         engine.abandon()
         ordering.drain(whole_transactions=True)
+        return open_txn
+
+    def _remove_partial(self, state: ResumeState) -> None:
+        """A stop inside a transaction: its rows the writers have already committed lie above the stored
+        checkpoint. They go now, so that a clean stop leaves nothing above it (the next run reads the
+        transaction again from the checkpoint's boundary)."""
+
+        def remove(conn: pymysql.Connection) -> int:
+            with conn.cursor() as cur:
+                return remove_above_checkpoint(cur, self.channel, state.id)
+
+        removed = self._on_dc(remove, "the DELETE of the rows above the checkpoint from transfer_data")
+        if removed:
+            log.info("channel %s: removed the %d rows above the checkpoint (id %d) of the transaction it stopped "
+                     "in", self.channel, removed, state.id)
 
     def _stopped_at(self, refused: TransactionRefused, state: ResumeState) -> None:
         """The writers have drained after ``refused``: with the checkpoint at its transaction's start, its
@@ -634,6 +680,11 @@ class Pipeline:
             log.info("channel %s: column rules changed to %s; applied from %s on", self.channel,
                      [rule.describe() for rule in settings.columns] or "none", at)
 
+    def _chunk_written(self, optypes: dict[str, int], seconds: float) -> None:
+        self.metrics.chunk_written(optypes, seconds)
+        if self._watch is not None:
+            self._watch.moved()
+
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         before = checkpointer.state
         try:
@@ -644,6 +695,8 @@ class Pipeline:
             log.warning("checkpoint not stored (%s); retrying", exc)
             stored = False
         self.metrics.dc_connected = stored
+        if stored and checkpointer.state is not before and self._watch is not None:
+            self._watch.moved()
         if checkpointer.state is not before:
             self.metrics.checkpointed(checkpointer.state)
         return stored
@@ -674,3 +727,12 @@ class Pipeline:
                 f"{self.channel}' removes the rows above it and reads them again, so nothing is lost.")
         log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s",
                  self.channel, state.id, state.tid, state.describe())
+
+
+def _waiting(pool: WriterPool, checkpointer: Checkpointer) -> str:
+    """What waits for the DC now, in words ('' when nothing does)."""
+    waits = [f"{pool.in_flight} chunk(s) for the writers"] if pool.in_flight else []
+    target = checkpointer.target
+    if target is not None:
+        waits.append(f"the checkpoint at id {target.id}")
+    return " and ".join(waits)

@@ -275,7 +275,7 @@ class BinlogReader:
     def _open(self) -> OwnedStream:
         fix_library_charsets()
         reuse_table_maps()
-        settings = {**self.server.connect_args(), "read_timeout": self.read_timeout, "connect_timeout": 5}
+        settings = {**self.server.connect_args(), "read_timeout": self.read_timeout}
         common: dict[str, Any] = dict(
             connection_settings=settings, pymysql_wrapper=stream_connector(self.server, "source"),
             server_id=self.server_id, blocking=True,

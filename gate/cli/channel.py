@@ -163,12 +163,13 @@ def list_(app: App) -> None:
     For each channel: state (running when a gate holds the channel's lock on the DC server, else
     stopped); gate, the running gate's host and pid (HOST/PID); lag_seconds, as 'gate status' computes
     it: 0 when the channel's resume position is the source's binlog end, else the source's clock minus
-    the source time of the last checkpointed transaction (so an idle source does not make it grow, and
-    a stopped channel's lag grows while the source moves on); the checkpoint (id and tid of the last
-    complete transaction in transfer_data); metrics, the address and port the running gate serves
-    /metrics on (for a stopped channel: its metrics_port setting); source, standby and the DC schema
-    version it was created with. A channel gate cannot use as it is shows the state incomplete (its
-    creation stopped part way) or damaged (a table dropped by hand), with a line that says what to do.
+    the source time of the oldest transaction not yet at or below the checkpoint (so an idle source does
+    not make it grow, and a stopped channel's lag grows from the first transaction it misses); the
+    checkpoint (id and tid of the last complete transaction in transfer_data); metrics, the address and
+    port the running gate serves /metrics on (for a stopped channel: its metrics_port setting); source,
+    standby and the DC schema version it was created with. A channel gate cannot use as it is shows the
+    state incomplete (its creation stopped part way) or damaged (a table dropped by hand), with a line
+    that says what to do.
     Asks each source for its binlog end (3 s timeout).
 
     Example:

@@ -93,7 +93,9 @@ def status(app: App, channel: str, sample: float) -> None:
 
     State comes from the channel's lock on the DC server (held by a running gate), positions from the
     source's SHOW MASTER STATUS and the channel's resume position, lag from the source's clock minus
-    the source time of the last checkpointed transaction (0 when gate has read everything). With a
+    the source time of the oldest transaction not yet at or below the checkpoint (0 when gate has read
+    everything), and how long the DC has made no progress while the running gate waits for it
+    (dc_stalled_seconds, from its /metrics; 0: not stalled). With a
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
     clock at sampling; samples are taken while gate runs). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
@@ -136,6 +138,9 @@ def status(app: App, channel: str, sample: float) -> None:
     if stale:
         text += "\n\nstale consumers (behind the checkpoint, not moved for longer than consumer_max_idle_days):\n"
         text += table(stale, ["name", "cursor_id", "last_move_utc", "rows_behind"])
+    if result["dc_stalled_seconds"]:
+        text += (f"\n\nWARNING: the DC has made no progress for {result['dc_stalled_seconds']:.0f} s while the "
+                 "writers or the checkpoint wait for it; gate's log names what waits.")
     for row in stuck:
         text += f"\n\nERROR since {row['since']} UTC: {row['message']}"
     if stop:

@@ -154,6 +154,20 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
     return match.group(1), port
 
 
+# The network timeouts of every connection gate opens, in seconds: ServerConfig.connect_args gives them to
+# each PyMySQL connection (a caller may give its own: the binlog stream reads with a 3 s timeout, as its
+# source sends a heartbeat every 0.1 s), spark_readers.session to Spark's JDBC reads; the JVM format("gate")
+# (Login.java) sets the same figures. A read timeout bounds the wait for one answer of the server, so it must
+# exceed the longest statement gate sends: a chunk's INSERT of batch_rows rows (or a snapshot chunk's) on a
+# slow DC, a retention DELETE, a lock wait (innodb_lock_wait_timeout, 50 s by default, ends those first
+# with an error gate retries); a write timeout bounds the send of one packet (16 MiB at most: 140 KB/s).
+# Shorter figures would cut such statements on a slow link; these still end a connection to a black-holed
+# server within two minutes, and gate warns of a stalled DC long before (pipeline.STALL_AFTER).
+CONNECT_TIMEOUT = 5
+READ_TIMEOUT = 120
+WRITE_TIMEOUT = 120
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """Where a MySQL/MariaDB server is and how to log in."""
@@ -169,9 +183,10 @@ class ServerConfig:
         return f"{self.host}:{self.port}"
 
     def connect_args(self) -> dict[str, Any]:
-        """PyMySQL's arguments for this server, TLS included: the one place they are built (every
+        """PyMySQL's arguments for this server, TLS and timeouts included: the one place they are built (every
         connection gate opens goes through gate.common.connection, which calls this)."""
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal(),
+                "connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT, "write_timeout": WRITE_TIMEOUT,
                 **self.tls.pymysql_args()}
 
 

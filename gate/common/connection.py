@@ -60,7 +60,7 @@ def _open(server: ServerConfig, role: str, arguments: dict[str, Any]) -> pymysql
 
 def connect(server: ServerConfig, role: str, database: str | None = None, **kwargs: Any) -> pymysql.Connection:
     """Connect with a clear, password-free message for the usual failures."""
-    options: dict[str, Any] = {"charset": "utf8mb4", "autocommit": True, "connect_timeout": 5, **kwargs}
+    options: dict[str, Any] = {"charset": "utf8mb4", "autocommit": True, **kwargs}
     try:
         return open_connection(server, role, database=database, **options)
     except pymysql.err.OperationalError as exc:
@@ -203,7 +203,7 @@ def _certificate_names(server: ServerConfig) -> str:
     arguments = probe.connect_args()
     context = arguments["ssl"]
     try:
-        pymysql.connect(**arguments, connect_timeout=5).close()
+        pymysql.connect(**arguments).close()
     except pymysql.err.MySQLError:
         pass  # the handshake is done before the login; what happens after it does not matter here
     peer = context.peer if isinstance(context, RecordingContext) else None

@@ -38,6 +38,8 @@ public final class Login implements Serializable {
         properties.setProperty("user", user);
         properties.setProperty("password", password);
         properties.setProperty("connectTimeout", "10000");
+        // gate's read timeout (READ_TIMEOUT in gate/common/config.py, in ms): a silent DC link fails the task
+        properties.setProperty("socketTimeout", "120000");
         String url = "jdbc:mariadb://" + host + ":" + port + "/" + channel;
         try {
             Driver driver = (Driver) Class.forName(DRIVER, true, Thread.currentThread().getContextClassLoader())

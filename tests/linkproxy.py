@@ -1,0 +1,85 @@
+"""A TCP proxy between gate and a server, for the faults of a link between datacenters: a black hole
+(nothing passes, in either direction, until :meth:`LinkProxy.heal`; what was sent waits, as TCP's
+retransmissions would carry it over a partition), a reset of every connection, and a bandwidth limit."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+
+class LinkProxy:
+    """Listens on 127.0.0.1:``port`` and forwards each connection to 127.0.0.1:``target``."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.bytes_per_second = 0.0  # 0: no limit
+        self._open = threading.Event()
+        self._open.set()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def black_hole(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    def reset(self) -> None:
+        """Close every connection now with a TCP reset; new ones are made as before."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        self.heal()
+        self.reset()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._open.wait()
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                self._open.wait()
+                data = source.recv(16384 if not self.bytes_per_second else 4096)
+                if not data:
+                    break
+                if self.bytes_per_second:
+                    time.sleep(len(data) / self.bytes_per_second)
+                self._open.wait()  # a black hole holds back what arrived meanwhile
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
