@@ -42,7 +42,8 @@ def first_transaction_time(source: ServerConfig, log_file: str, log_pos: int) ->
     stream = OwnedStream(connection_settings={**source.connect_args(), "read_timeout": 10},
                          pymysql_wrapper=stream_connector(source, "source"), server_id=0, blocking=False,
                          resume_stream=True, log_file=log_file, log_pos=log_pos,
-                         only_events=[MariadbGtidEvent, GtidEvent, QueryEvent], enable_logging=False)
+                         only_events=[MariadbGtidEvent, GtidEvent, QueryEvent], enable_logging=False,
+                         admit=lambda header: None)  # only the first transaction's time is read
     try:
         for event in stream:
             return float(event.timestamp)
