@@ -123,7 +123,7 @@ def test_status_figures_come_from_real_positions(gate: Gate, sandbox: Sandbox, u
         tzinfo=timezone.utc).timestamp()
     # the age of the INSERT gate did not read (the oldest transaction it lacks), not that of the last one it
     # checkpointed, 2.2 s older
-    assert 0 <= stopped["lag_seconds"] <= 1 < source_now - last_event - 1
+    assert 0 <= stopped["lag_seconds"] <= 1 < source_now - last_event  # whole seconds: 2.2 s reads as 2 or 3
     assert re.search(rf"\ncheckpoint_id +{stopped['checkpoint_id']}\n", text)
     assert re.search(r"\nlag_seconds +\d+\.\d+\n", text) and "\nstate " in text and " stopped\n" in text
 
