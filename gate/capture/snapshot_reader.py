@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -51,6 +52,7 @@ Key = list[Any]  # key values as the text protocol gives them: str, or bytes for
 RAW_TYPES = ("uuid", "inet4", "inet6")  # MariaDB type plugins: bytes in the binlog, text in a SELECT
 TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
 UTF8 = ("utf8mb4", "utf8mb3")  # the session's character set: these arrive as the binlog holds them
+OTHER_COLUMNS = "the SELECT returned other columns than the table had when it was opened"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class Column:
 
     def select(self) -> str:
         """The column in the chunk's SELECT list."""
-        return f"CAST({_name(self.name)} AS BINARY) AS {_name(self.name)}" if self.raw else _name(self.name)
+        return f"CAST({quote(self.name)} AS BINARY) AS {quote(self.name)}" if self.raw else quote(self.name)
 
     def describe(self) -> dict[str, str]:
         """The column as a CREATETABLE payload lists it."""
@@ -132,7 +134,8 @@ def decode_key(text: str | None) -> Key | None:
     return [base64.b64decode(v["base64"]) if isinstance(v, dict) else v for v in json.loads(text)]
 
 
-def _name(name: str) -> str:
+def quote(name: str) -> str:
+    """A source identifier backquoted, whatever its characters."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -141,9 +144,9 @@ def after(key: list[str], inclusive: bool = False, below: bool = False) -> str:
     strict, last = ("<", "<=") if below else (">", ">=")
     terms = []
     for n, column in enumerate(key):
-        equal = [f"{_name(c)} = %s" for c in key[:n]]
+        equal = [f"{quote(c)} = %s" for c in key[:n]]
         op = last if inclusive and n == len(key) - 1 else strict
-        terms.append("(" + " AND ".join([*equal, f"{_name(column)} {op} %s"]) + ")")
+        terms.append("(" + " AND ".join([*equal, f"{quote(column)} {op} %s"]) + ")")
     return "(" + " OR ".join(terms) + ")"
 
 
@@ -249,12 +252,13 @@ class Reader:
             return Chunk("gone", f"{task.db}.{task.table} does not exist on the source {self.server.address}: it "
                                  "was dropped or renamed (the snapshot of a renamed table is not carried over: "
                                  "request one of the new name)")
-        key = task.key or choose_key(cur, task.db, task.table, columns)
+        key = task.key if task.key is not None else choose_key(cur, task.db, task.table, columns)
         if key is None:
             return Chunk("refused", (
                 f"{task.db}.{task.table} has neither a primary key nor a unique key on NOT NULL columns, so gate "
                 "cannot read it in resumable chunks and does not snapshot it. Add one (e.g. ALTER TABLE ... ADD "
-                "PRIMARY KEY (...)) and request the snapshot again; until then its image holds only what streams."))
+                "PRIMARY KEY (...)) and request the snapshot again, or request it read whole ('gate snapshot "
+                f"CHANNEL --whole-table {task.db}.{task.table}'); until then its image holds only what streams."))
         names = [c.name for c in columns]
         if not set(key) <= set(names):
             return Chunk("retry", f"its key columns {key} are not all among its columns any more")
@@ -296,16 +300,29 @@ class Reader:
         started = time.monotonic()
         try:
             bound = task.bound
-            table = f"{_name(task.db)}.{_name(task.table)}"
-            order = ", ".join(f"{table}.{_name(c)}" for c in key)  # the columns, not a CAST of the SELECT list
-            if bound is None:
+            table = f"{quote(task.db)}.{quote(task.table)}"
+            order = ", ".join(f"{table}.{quote(c)}" for c in key)  # the columns, not a CAST of the SELECT list
+            if bound is None and key:
                 cur.execute(f"SELECT {order} FROM {table} ORDER BY "
-                            + ", ".join(f"{_name(c)} DESC" for c in key) + " LIMIT 1")
+                            + ", ".join(f"{quote(c)} DESC" for c in key) + " LIMIT 1")
                 top = cur.fetchone()
                 bound = list(top) if top else None
             data: list[str] = []
             last = task.last
-            if bound is not None:
+            if not key:  # the whole table in this one read view, as one chunk
+                cur.execute(f"SELECT {', '.join(c.select() for c in columns)} FROM {table} LIMIT {int(task.rows) + 1}")
+                rows = cur.fetchall()
+                if len(rows) > task.rows:
+                    cur.execute("COMMIT")
+                    return Chunk("refused", (
+                        f"{task.db}.{task.table} has more than {task.rows} rows, the most a whole-table snapshot reads "
+                        "(the channel's snapshot_whole_table_rows); gate does not snapshot it. Add a primary key, or "
+                        "raise the bound ('gate channel set CHANNEL --snapshot-whole-table-rows N'), and request it "
+                        "again."))
+                if [d[0] for d in cur.description][: len(names)] != names:
+                    return Chunk("retry", OTHER_COLUMNS)
+                data = self._render(plan, selected, names, rows)
+            elif bound is not None:
                 where = [after(key, inclusive=True, below=True)]
                 args = after_args(bound)
                 if last is not None:
@@ -317,19 +334,14 @@ class Reader:
                 for name in key:
                     column = columns[names.index(name)]
                     if column.raw:
-                        listed.append(_name(name))
+                        listed.append(quote(name))
                     positions.append(len(listed) - 1 if column.raw else names.index(name))
                 cur.execute(f"SELECT {', '.join(listed)} FROM {table} "
                             f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT {int(task.rows)}", args)
                 rows = cur.fetchall()
                 if [d[0] for d in cur.description][: len(names)] != names:
-                    return Chunk("retry", "the SELECT returned other columns than the table had when it was opened")
-                image = self._image(plan)
-                selected_at = [names.index(c.name) for c in selected]
-                if selected_at == list(range(len(names))):  # no column excluded: the rows as they are
-                    data = ['{"NEW":' + image.row_json(row) + "}" for row in rows]
-                else:
-                    data = ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
+                    return Chunk("retry", OTHER_COLUMNS)
+                data = self._render(plan, selected, names, rows)
                 if rows:
                     last = [rows[-1][i] for i in positions]
             cur.execute("COMMIT")
@@ -339,11 +351,20 @@ class Reader:
         if read_columns(cur, task.db, task.table) != columns:
             return Chunk("retry", "its columns changed while the chunk was read")
         seconds = time.monotonic() - started
-        done = bound is None or len(data) < task.rows or last == bound
+        done = not key or bound is None or len(data) < task.rows or last == bound
         target = task.rows * self.chunk_seconds / max(seconds, 1e-3)
         next_rows = int(min(self.max_rows, max(self.min_rows, task.rows / 2, min(target, task.rows * 2))))
         return Chunk("rows", data=data, columns=[c.describe() for c in selected], key=key, bound=bound, last=last,
                      done=done, clock=int(clock), next_rows=next_rows, seconds=seconds, estimate=estimate)
+
+    def _render(self, plan: list[tuple[str, Any]], selected: list[Column], names: list[str],
+                rows: Sequence[Sequence[Any]]) -> list[str]:
+        """SNAPSHOT rows' data of the SELECT's ``rows`` (the table's ``names`` first), excluded columns left out."""
+        image = self._image(plan)
+        selected_at = [names.index(c.name) for c in selected]
+        if selected_at == list(range(len(names))):  # no column excluded: the rows as they are
+            return ['{"NEW":' + image.row_json(row) + "}" for row in rows]
+        return ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
 
     def _image(self, plan: list[tuple[str, Any]]) -> ImageRenderer:
         marker = tuple(name for name, _ in plan)

@@ -46,6 +46,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "channel_defaults.snapshot_readers": (1, 64),
     "channel_defaults.snapshot_chunk_seconds": (0.01, 60),
     "channel_defaults.snapshot_chunk_rows": (1, 1_000_000),
+    "channel_defaults.snapshot_whole_table_rows": (1, 10_000_000),
 }
 
 
@@ -198,6 +199,7 @@ class ChannelDefaults:
     snapshot_readers: int = 2  # processes reading snapshot chunks from the source
     snapshot_chunk_seconds: float = 0.5  # a snapshot chunk's SELECT is sized to take about this long
     snapshot_chunk_rows: int = 2000  # ... but reads at least this many rows
+    snapshot_whole_table_rows: int = 100_000  # the most rows of a table snapshotted whole (--whole-table)
     tls: TlsSettings = field(default_factory=TlsSettings)  # a new channel's source and standby; stored per server
 
 
