@@ -175,15 +175,21 @@ def rows_estimate(cur: pymysql.cursors.Cursor, db: str, table: str) -> int | Non
     return None if row is None or row[0] is None else int(row[0])
 
 
-def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
-    """The primary key's columns in key order; else those of the narrowest unique key whose columns are
-    all NOT NULL; None when the table has neither."""
+def unique_indexes(cur: pymysql.cursors.Cursor, db: str, table: str) -> dict[str, list[str]]:
+    """The table's primary and unique keys, each with its columns in key order, the primary key first."""
     cur.execute("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema = %s AND "
                 "table_name = %s AND non_unique = 0 ORDER BY index_name = 'PRIMARY' DESC, index_name, seq_in_index",
                 (db, table))
     indexes: dict[str, list[str]] = {}
     for index, column in cur.fetchall():
         indexes.setdefault(index, []).append(column)
+    return indexes
+
+
+def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
+    """The primary key's columns in key order; else those of the narrowest unique key whose columns are
+    all NOT NULL; None when the table has neither."""
+    indexes = unique_indexes(cur, db, table)
     if "PRIMARY" in indexes:
         return indexes["PRIMARY"]
     not_null = {c.name for c in columns if c.nullable == "NO"}
@@ -262,6 +268,14 @@ class Reader:
         names = [c.name for c in columns]
         if not set(key) <= set(names):
             return Chunk("retry", f"its key columns {key} are not all among its columns any more")
+        # a key the user chose (--key) that no unique index enforces: each chunk counts its keys
+        counted = bool(key) and not any(set(cols) <= set(key) for cols in unique_indexes(cur, task.db, task.table).values())
+        null = [c.name for c in columns if counted and c.name in key and c.nullable == "YES"]
+        if null:
+            return Chunk("refused", (
+                f"The key chosen for the snapshot of {task.db}.{task.table} ({', '.join(key)}) has NULL-able columns "
+                f"now ({', '.join(null)}): a row whose key is NULL would never be read; gate does not go on with the "
+                "snapshot. Choose NOT NULL columns (--key) or read it whole (--whole-table), and request it again."))
         keys = rule_keys(task.rules)
         plan, selected = [], []
         for column in columns:
@@ -323,11 +337,8 @@ class Reader:
                     return Chunk("retry", OTHER_COLUMNS)
                 data = self._render(plan, selected, names, rows)
             elif bound is not None:
-                where = [after(key, inclusive=True, below=True)]
-                args = after_args(bound)
-                if last is not None:
-                    where.insert(0, after(key))
-                    args = after_args(last) + args
+                start = after_args(last) if last is not None else []
+                where = ([after(key)] if last is not None else []) + [after(key, inclusive=True, below=True)]
                 # key values as they compare: a key column selected as bytes comes once more as it is
                 listed = [c.select() for c in columns]
                 positions = []
@@ -336,14 +347,25 @@ class Reader:
                     if column.raw:
                         listed.append(quote(name))
                     positions.append(len(listed) - 1 if column.raw else names.index(name))
-                cur.execute(f"SELECT {', '.join(listed)} FROM {table} "
-                            f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT {int(task.rows)}", args)
+                cur.execute(f"SELECT {', '.join(listed)} FROM {table} WHERE {' AND '.join(where)} ORDER BY {order} "
+                            f"LIMIT {int(task.rows)}", start + after_args(bound))
                 rows = cur.fetchall()
                 if [d[0] for d in cur.description][: len(names)] != names:
                     return Chunk("retry", OTHER_COLUMNS)
                 data = self._render(plan, selected, names, rows)
                 if rows:
                     last = [rows[-1][i] for i in positions]
+                if counted and rows:  # no key of the page repeated, within it or just past it
+                    cur.execute(f"SELECT COUNT(*), COUNT(DISTINCT {order}) FROM {table} WHERE {' AND '.join(where)}",
+                                start + after_args([rows[-1][i] for i in positions]))
+                    if [int(n) for n in one_row(cur)] != [len(rows), len(rows)]:  # (values come as text)
+                        cur.execute("COMMIT")
+                        return Chunk("refused", (
+                            f"{task.db}.{task.table} has rows that repeat a value of the key chosen for its snapshot "
+                            f"({', '.join(key)}), after {encode_key(task.last) or 'the start'} up to "
+                            f"{encode_key(last)}: the key is not unique, so the snapshot would not be exact; gate "
+                            "cancels it. Choose other columns (--key) or read it whole (--whole-table), and request "
+                            "it again."))
             cur.execute("COMMIT")
         except BaseException:
             self.close()
