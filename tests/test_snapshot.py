@@ -366,7 +366,7 @@ def test_a_table_without_a_key_paged_on_a_key_the_dba_chose(sandbox: Sandbox, un
         ' up to ["29", "d09"]: the key is not unique, so the snapshot would not be exact; gate cancels it. Choose '
         "other columns (--key) or read it whole (--whole-table), and request it again."), states["dup"][1])
     rows = dc_rows(sandbox.dc, unique_name)
-    assert len(assert_snapshot_rows(rows, ids["legacy"])) >= 300
+    assert len(assert_snapshot_rows(rows, ids["legacy"])) > 250
     end = next(json.loads(r[7]) for r in rows if r[3] == "dup" and r[6] == "SNAPSHOTEND")
     assert (end["SNAPSHOT"]["state"], end["SNAPSHOT"]["reason"]) == ("cancelled", states["dup"][1])
     start = next(json.loads(r[7]) for r in rows if r[3] == "legacy" and r[6] == "SNAPSHOTSTART")

@@ -5,7 +5,8 @@ up (a running gate within a few seconds, else the next one when it starts), writ
 rows as SNAPSHOTSTART, SNAPSHOT and SNAPSHOTEND rows, and moves the row to ``running``, then ``done`` or
 ``cancelled``, counting the rows at or below the checkpoint. A table with a request that is requested or
 running is never requested a second time. A table 'gate run' could not snapshot (no key to page on, a
-column rule on that key) is not requested: the others are, and the result names it with the fix. Which
+column rule on that key) is not requested: the others are, and the result names it with the fix; a
+table without a key is requested when the request says how to read it (:class:`Ways`). Which
 tables there are comes from the source's information_schema (base tables, no views), filtered by the
 channel's allow and deny lists.
 """

@@ -18,7 +18,8 @@ The ordering holds its numbering at a slot until the chunk's rows arrive (the re
 verdict before its SELECT, so that is one SELECT's time). SNAPSHOTSTART goes with the first chunk, and
 SNAPSHOTEND with the last, each a transaction of its own. The progress of each table (key, bound,
 last key, rows) is noted on the chunk and stored in the DC transaction that moves the checkpoint past
-it: a killed gate resumes at most one chunk back per table.
+it: a killed gate resumes at most one chunk back per table. A table read whole (key ``[]``) is one
+transaction, SNAPSHOTSTART to SNAPSHOTEND: a killed gate reads it again from the start.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ key LIMIT n``, the composite comparison spelled out as ``a > ? OR (a = ? AND b >
 constructor ``(a, b) > (?, ?)`` makes MariaDB read far more rows), never OFFSET. No lock is taken
 beyond the metadata lock of the SELECT, and nothing is written to the source.
 
+A table without a key is read one of two ways the request chose: whole (the key ``[]``), in one read
+view as one chunk of at most ``Task.rows`` rows (more cancels it); or paged on columns the user named,
+where each chunk also counts the rows and distinct keys of its range, since no index enforces them.
+
 Values are rendered by the binlog path's rules (:func:`gate.capture.values.text_renderer`). Where the text
 protocol would show other text than the binlog holds, the SELECT asks for the bytes (``CAST(c AS
 BINARY)``) and renders them as the binlog path renders that column: MariaDB's UUID, INET4 and INET6
