@@ -281,6 +281,13 @@ def test_a_table_without_a_key_is_left_out_named_and_the_others_are_requested(
                                           "is NULL would never be read; choose NOT NULL columns; then request it again"},
         {"table": f"{db}.log", "reason": f"the key you chose for {db}.log (v) is not unique: 1 of its rows repeat the "
                                          "key of another; choose other columns, or --whole-table; then request it again"}])
+    bound = gate("--json", "channel", "set", unique_name, "--snapshot-whole-table-rows", "1")
+    assert json.loads(bound.stdout)["snapshot_whole_table_rows"] == 1
+    over = gate("snapshot", unique_name, "--whole-table", f"{db}.heap")
+    assert (over.exit_code, over.stderr) == (4, (
+        f"not requested: {db}.heap has more than 1 rows, the most a whole-table snapshot reads (the channel's "
+        f"snapshot_whole_table_rows): raise it ('gate channel set {unique_name} --snapshot-whole-table-rows N') or "
+        f"page it on a key (a primary key, or --key {db}.heap=COL,...), then request it again\n"))
     refused(gate, sandbox, ["snapshot", unique_name, "--whole-table", f"{db}.nothing*"], 2,
             f"'{db}.nothing*' (--whole-table or --key) names no table whose snapshot is being requested ({db}.heap, "
             f"{db}.keyed, {db}.log, {db}.unique_ok). Nothing was changed; correct the name.")
