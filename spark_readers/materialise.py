@@ -49,7 +49,7 @@ import functools
 import logging
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from delta.tables import DeltaTable
@@ -57,7 +57,8 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
-from gate.common.errors import GateError, InvalidValue, MaterialiseError
+from gate.common.columns import parse_keys
+from gate.common.errors import GateError, MaterialiseError
 from spark_readers import driver_commits
 from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
 from spark_readers.image import STATE, Commit, Image, ImageStore, TableImage, committed, committing
@@ -468,18 +469,6 @@ class ImageUpdater:
                          rebuild=before is None, typing=self.typing)
         finally:
             batch.unpersist()
-
-
-def parse_keys(specs: Iterable[str]) -> dict[str, list[str]]:
-    """``DB.TABLE=COL[,COL...]`` options as the ``keys`` of :func:`materialise`."""
-    keys = {}
-    for spec in specs:
-        match = re.fullmatch(r"([^.=\s]+\.[^.=\s]+)=([^=\s]+)", spec)
-        if not match:
-            raise InvalidValue(f"Key {spec!r} is not DB.TABLE=COL[,COL...], e.g. shop.orders=id or "
-                               "shop.lines=order_id,line_no.")
-        keys[match.group(1)] = match.group(2).split(",")
-    return keys
 
 
 def main(argv: list[str] | None = None) -> None:

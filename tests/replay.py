@@ -177,9 +177,10 @@ def _value_sql(kind: str) -> str:
 def _image(cur: pymysql.cursors.Cursor, image: list[dict[str, Any]], kinds: dict[str, str],
            sep: str, keys_only: bool) -> tuple[str, list[Any]]:
     parts, args = [], []
+    keyed = any(kind.startswith("pk:") for kind in kinds.values())  # else every column identifies the row
     for cell in image:
         (name, value), = cell.items()
-        if keys_only and not kinds[name].startswith("pk:"):
+        if keys_only and keyed and not kinds[name].startswith("pk:"):
             continue
         op = " <=> " if keys_only else " = "
         parts.append(f"`{name}`{op}{_value_sql(kinds[name])}")
@@ -190,10 +191,10 @@ def _image(cur: pymysql.cursors.Cursor, image: list[dict[str, Any]], kinds: dict
 def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
     """Apply DC rows, in id order, to ``target`` (an empty server with the same database names), as a
     consumer folds them: SNAPSHOTSTART empties the table, SNAPSHOT and INSERT/UPDATE write rows, DELETE
-    removes them (exactly one row, or the history is wrong), SKIPPED rows are passed over. While a table is
-    being snapshotted (between its SNAPSHOTSTART and a SNAPSHOTEND that is not cancelled) a change may meet a
-    row whose chunk has not come yet: UPDATE then upserts its NEW image and DELETE may find nothing, as the DC
-    contract says a consumer does."""
+    removes them (exactly one row, or the history is wrong; in a table without a key, one row equal to the
+    image), SKIPPED rows are passed over. While a table is being snapshotted (between its SNAPSHOTSTART and a
+    SNAPSHOTEND that is not cancelled) a change may meet a row whose chunk has not come yet: UPDATE then
+    upserts its NEW image and DELETE may find nothing, as the DC contract says a consumer does."""
     snapshotting: set[tuple[str, str]] = set()
     with target.cursor() as cur:
         for _id, _tid, db, table, _ct, _inst, optype, data in rows:
@@ -232,11 +233,11 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
                                 [next(iter(c.values())) for c in payload["NEW"]])
                 elif optype == "DELETE":
                     where, args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
-                    deleted = cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where}", args)
+                    deleted = cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where} LIMIT 1", args)
                     assert deleted == 1 or (deleted == 0 and (db, table) in snapshotting)
                 elif (db, table) in snapshotting:  # UPDATE upserts: remove the old key, write the new image
                     where, old_args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
-                    cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where}", old_args)
+                    cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE {where} LIMIT 1", old_args)
                     names = ", ".join(f"`{next(iter(c))}`" for c in payload["NEW"])
                     values = ", ".join(_value_sql(kinds[next(iter(c))]) for c in payload["NEW"])
                     cur.execute(f"REPLACE INTO `{db}`.`{table}` ({names}) VALUES ({values})",
@@ -244,7 +245,7 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
                 else:
                     assignments, new_args = _image(cur, payload["NEW"], kinds, ", ", keys_only=False)
                     where, old_args = _image(cur, payload["OLD"], kinds, " AND ", keys_only=True)
-                    cur.execute(f"UPDATE `{db}`.`{table}` SET {assignments} WHERE {where}", new_args + old_args)
+                    cur.execute(f"UPDATE `{db}`.`{table}` SET {assignments} WHERE {where} LIMIT 1", new_args + old_args)
 
 
 def table_contents(conn: pymysql.Connection, db: str) -> dict[str, list[tuple[Any, ...]]]:

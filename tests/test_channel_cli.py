@@ -155,7 +155,7 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                      "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
                      "retain_days": 30, "consumer_max_idle_days": 2.5, "retention_interval_seconds": 60.0,
                      "snapshot_readers": 2, "snapshot_chunk_seconds": 0.5, "snapshot_chunk_rows": 2000,
-                     "on_rows_without_events": "snapshot"},
+                     "on_rows_without_events": "snapshot", "snapshot_whole_table_rows": 100000},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }

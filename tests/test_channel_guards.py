@@ -239,9 +239,12 @@ def test_a_table_without_a_key_is_left_out_named_and_the_others_are_requested(
     source_cursor.execute("CREATE TABLE log (v INT)")
 
     def no_key(table: str) -> str:
-        return (f"not requested: {db}.{table} has neither a primary key nor a unique key on NOT NULL columns (add "
-                f"one: ALTER TABLE {db}.{table} ADD PRIMARY KEY (...)); then request it with 'gate snapshot "
-                f"{unique_name} --table {db}.{table}'\n")
+        name = f"{db}.{table}"
+        return (f"not requested: {name} has neither a primary key nor a unique key on NOT NULL columns: add one "
+                f"(ALTER TABLE {name} ADD PRIMARY KEY (...)) and request it with 'gate snapshot {unique_name} --table "
+                f"{name}', or request it read whole in one read view ('gate snapshot {unique_name} --whole-table "
+                f"{name}', up to 100000 rows) or paged on columns you know are unique ('gate snapshot {unique_name} "
+                f"--key {name}=COL,...')\n")
     result = gate("--json", "channel", "create", unique_name, "--source", sandbox.source.address, "--allow",
                   f"{db}.*", "--snapshot")
     assert (result.exit_code, result.stderr) == (4, f"source {sandbox.source.address}: does not offer TLS; gate connects "
@@ -260,6 +263,34 @@ def test_a_table_without_a_key_is_left_out_named_and_the_others_are_requested(
     asked = gate("snapshot", unique_name, "--table", f"{db}.heap")
     assert (asked.exit_code, asked.stderr, asked.stdout) == (4, no_key("heap"), "no snapshot requested\n")
     assert [r[1:3] for r in snapshot_requests(sandbox, unique_name)] == [(db, "unique_ok")]
+    # the two ways to snapshot them: read whole, or paged on a key the DBA names (checked unique on the source)
+    source_cursor.execute("INSERT INTO heap VALUES (1, NULL), (1, NULL)")
+    source_cursor.execute("ALTER TABLE log MODIFY v INT NOT NULL")
+    source_cursor.execute("INSERT INTO log VALUES (1), (2)")
+    ways = gate("snapshot", unique_name, "--whole-table", f"{db}.heap", "--key", f"{db}.log=v")
+    assert (ways.exit_code, ways.stderr) == (0, "")
+    assert ways.stdout.startswith(f"requested a snapshot of {db}.heap (id 2, read whole in one read view)\n"
+                                  f"requested a snapshot of {db}.log (id 3, paged on (v))\n")
+    assert query(sandbox, f"SELECT id, snap_key FROM `{unique_name}`.gate_snapshot WHERE id > 1") == [
+        (2, "[]"), (3, '["v"]')]
+    assert gate("snapshot", unique_name, "--cancel").exit_code == 0
+    source_cursor.execute("INSERT INTO log VALUES (2)")
+    twice = gate("--json", "snapshot", unique_name, "--key", f"{db}.log=v", "--key", f"{db}.heap=w")
+    assert (twice.exit_code, json.loads(twice.stdout)["not_requested"]) == (4, [
+        {"table": f"{db}.heap", "reason": f"the key you chose for {db}.heap has NULL-able columns (w): a row whose key "
+                                          "is NULL would never be read; choose NOT NULL columns; then request it again"},
+        {"table": f"{db}.log", "reason": f"the key you chose for {db}.log (v) is not unique: 1 of its rows repeat the "
+                                         "key of another; choose other columns, or --whole-table; then request it again"}])
+    bound = gate("--json", "channel", "set", unique_name, "--snapshot-whole-table-rows", "1")
+    assert json.loads(bound.stdout)["snapshot_whole_table_rows"] == 1
+    over = gate("snapshot", unique_name, "--whole-table", f"{db}.heap")
+    assert (over.exit_code, over.stderr) == (4, (
+        f"not requested: {db}.heap has more than 1 rows, the most a whole-table snapshot reads (the channel's "
+        f"snapshot_whole_table_rows): raise it ('gate channel set {unique_name} --snapshot-whole-table-rows N') or "
+        f"page it on a key (a primary key, or --key {db}.heap=COL,...), then request it again\n"))
+    refused(gate, sandbox, ["snapshot", unique_name, "--whole-table", f"{db}.nothing*"], 2,
+            f"'{db}.nothing*' (--whole-table or --key) names no table whose snapshot is being requested ({db}.heap, "
+            f"{db}.keyed, {db}.log, {db}.unique_ok). Nothing was changed; correct the name.")
 
 
 

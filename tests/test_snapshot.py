@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import pymysql
 import pytest
 
+from gate.admin import snapshot as snapshots
 from gate.capture.reader import Position
 from gate.capture.snapshot import compare
 from gate.capture.snapshot_reader import after, after_args, decode_key, encode_key
@@ -250,6 +251,132 @@ def test_composite_string_and_unique_keys_and_a_table_without_a_key(sandbox: San
             assert rows_of(target, db, table) == rows_of(source, db, table), table
 
 
+def assert_one_transaction(rows: list[tuple[Any, ...]], snap_id: int) -> list[tuple[Any, ...]]:
+    """The ids are 1..n; a table read whole is one transaction: its SNAPSHOTSTART, SNAPSHOT rows and SNAPSHOTEND
+    (done, counting them) alone under one tid, at consecutive ids. Returns the SNAPSHOT rows."""
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    start = next(r for r in rows if r[6] == "SNAPSHOTSTART" and json.loads(r[7])["SNAPSHOT"]["id"] == snap_id)
+    txn = [r for r in rows if r[1] == start[1]]
+    assert [r[0] for r in txn] == list(range(start[0], start[0] + len(txn)))
+    assert [r[6] for r in txn] == ["SNAPSHOTSTART"] + ["SNAPSHOT"] * (len(txn) - 2) + ["SNAPSHOTEND"]
+    assert json.loads(start[7])["SNAPSHOT"]["key"] == []
+    assert json.loads(txn[-1][7])["SNAPSHOT"] == {"id": snap_id, "rows": len(txn) - 2, "state": "done", "reason": None}
+    return txn[1:-1]
+
+
+def test_a_table_without_a_key_read_whole_in_one_read_view_under_writes(sandbox: Sandbox, unique_name: str,
+                                                                          source_db: str) -> None:
+    """--whole-table: a table without a key, with repeated rows, is read whole in one read view while rows are
+    inserted, updated and deleted: one transaction in the stream, and the fold equals the source as a multiset.
+    Above the channel's snapshot_whole_table_rows it is not requested; one that grew past it after its
+    request is cancelled by gate run, named, with no row written."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE log (n INT, v VARCHAR(10))")
+        cur.execute("INSERT INTO log VALUES " + ", ".join(f"({i % 40}, 'v{i % 7}')" for i in range(300)))
+        cur.execute("CREATE TABLE big (n INT)")
+        cur.execute("INSERT INTO big VALUES " + ", ".join("(1)" for _ in range(1001)))
+        cur.execute("CREATE TABLE grows (n INT)")
+        cur.execute("INSERT INTO grows VALUES " + ", ".join("(1)" for _ in range(1000)))
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                      defaults=ChannelDefaults(snapshot_whole_table_rows=1000, batch_rows=20))
+    made = snapshots.request(dc, unique_name, ways=snapshots.Ways(whole=(f"{db}.*",)))
+    assert [(r["table"], r["whole_table"]) for r in made.requested] == [(f"{db}.grows", True), (f"{db}.log", True)]
+    assert made.refused == [{"table": f"{db}.big", "reason": (
+        f"{db}.big has more than 1000 rows, the most a whole-table snapshot reads (the channel's "
+        f"snapshot_whole_table_rows): raise it ('gate channel set {unique_name} --snapshot-whole-table-rows N') or "
+        f"page it on a key (a primary key, or --key {db}.big=COL,...), then request it again")}]
+    ids = {r["table"].split(".")[1]: r["id"] for r in made.requested}
+    stop = threading.Event()
+
+    def writes() -> None:
+        rnd = random.Random(7)
+        with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                n = rnd.randint(0, 45)
+                action = rnd.random()
+                if action < 0.4:
+                    cur.execute("INSERT INTO log VALUES (%s, 'new'), (%s, 'new')", (n, n))
+                elif action < 0.7:
+                    cur.execute("UPDATE log SET v = 'upd' WHERE n = %s LIMIT 1", (n,))
+                else:
+                    cur.execute("DELETE FROM log WHERE n = %s LIMIT 1", (n,))
+                time.sleep(0.001)
+
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO grows VALUES (2)")
+    with running(dc, unique_name):
+        writer = threading.Thread(target=writes)
+        writer.start()
+        try:
+            time.sleep(0.3)
+            states = {table: wait_finished(sandbox.dc, unique_name, snap_id) for table, snap_id in ids.items()}
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            writer.join()
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert states == {"log": ("done", None), "grows": ("cancelled", (
+        f"{db}.grows has more than 1000 rows, the most a whole-table snapshot reads (the channel's "
+        "snapshot_whole_table_rows); gate does not snapshot it. Add a primary key, or raise the bound ('gate channel "
+        "set CHANNEL --snapshot-whole-table-rows N'), and request it again."))}
+    rows = dc_rows(sandbox.dc, unique_name)
+    assert not [r for r in rows if r[3] in ("grows", "big") and r[6].startswith("SNAPSHOT")]
+    snap = assert_one_transaction(rows, ids["log"])
+    assert 290 < len(snap) and len({r[7] for r in snap}) < len(snap)  # repeated rows, each written
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT state, rows_done, chunks_done, snap_key FROM gate_snapshot WHERE id = %s", (ids["log"],))
+        assert cur.fetchone() == ("done", len(snap), 1, "[]")
+    with fresh_target(sandbox.dc, db) as target, sandbox.source.connect() as source:
+        replay([r for r in rows if r[3] == "log" and r[0] >= snap[0][0] - 1], target)
+        assert sorted(rows_of(target, db, "log")) == sorted(rows_of(source, db, "log"))
+        assert len(rows_of(source, db, "log")) > 300
+
+
+def test_a_table_without_a_key_paged_on_a_key_the_dba_chose(sandbox: Sandbox, unique_name: str,
+                                                            source_db: str) -> None:
+    """--key: a table without a key is paged on columns the DBA names, unique and NOT NULL on the source, under
+    writes: SNAPSHOTSTART names that key and the fold by it equals the source. No index enforces it, so each
+    chunk counts its keys: a key repeated after the request cancels the snapshot, named."""
+    db = source_db
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        for table in ("legacy", "dup"):
+            cur.execute(f"CREATE TABLE {table} (code INT NOT NULL, day VARCHAR(8) NOT NULL, v INT, KEY (code))")
+            cur.execute(f"INSERT INTO {table} VALUES " + ", ".join(f"({n % 30}, 'd{n // 30:02d}', {n})"
+                                                                    for n in range(300)))
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                      defaults=ChannelDefaults(snapshot_chunk_rows=25, snapshot_chunk_seconds=0.01, batch_rows=20))
+    made = snapshots.request(dc, unique_name, ways=snapshots.Ways(keys={f"{db}.legacy": ["code", "day"],
+                                                                        f"{db}.dup": ["code", "day"]}))
+    ids = {r["table"].split(".")[1]: r["id"] for r in made.requested}
+    assert [r["key"] for r in made.requested] == [["code", "day"]] * 2 and made.refused == []
+    with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO dup VALUES (29, 'd09', -1)")  # the last key, twice: its last chunk sees it
+    with running(dc, unique_name), sandbox.source.connect(db) as conn, conn.cursor() as cur:
+        for n in range(60):
+            cur.execute("UPDATE legacy SET v = -v WHERE code = %s AND day = %s", (n % 30, f"d{n % 10:02d}"))
+            cur.execute("DELETE FROM legacy WHERE code = %s AND day = %s", ((n * 7) % 30, f"d{(n * 3) % 10:02d}"))
+            cur.execute("INSERT INTO legacy VALUES (%s, 'new', %s)", (n, n))
+            time.sleep(0.005)
+        states = {table: wait_finished(sandbox.dc, unique_name, snap_id) for table, snap_id in ids.items()}
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+    assert states["legacy"] == ("done", None) and states["dup"][0] == "cancelled"
+    assert re.fullmatch(re.escape(f"{db}.dup has rows that repeat a value of the key chosen for its snapshot (code, "
+                                  "day), after ") + r"\[.+\]" + re.escape(
+        ' up to ["29", "d09"]: the key is not unique, so the snapshot would not be exact; gate cancels it. Choose '
+        "other columns (--key) or read it whole (--whole-table), and request it again."), states["dup"][1])
+    rows = dc_rows(sandbox.dc, unique_name)
+    assert len(assert_snapshot_rows(rows, ids["legacy"])) > 250
+    end = next(json.loads(r[7]) for r in rows if r[3] == "dup" and r[6] == "SNAPSHOTEND")
+    assert (end["SNAPSHOT"]["state"], end["SNAPSHOT"]["reason"]) == ("cancelled", states["dup"][1])
+    start = next(json.loads(r[7]) for r in rows if r[3] == "legacy" and r[6] == "SNAPSHOTSTART")
+    assert start["SNAPSHOT"]["key"] == ["code", "day"]
+    with fresh_target(sandbox.dc, db) as target, sandbox.source.connect() as source:
+        replay([r for r in rows if r[3] == "legacy" and r[0] >= min(r[0] for r in rows if r[6] == "SNAPSHOTSTART")],
+               target)
+        assert sorted(rows_of(target, db, "legacy")) == sorted(rows_of(source, db, "legacy"))
+
+
 def test_ddl_during_a_snapshot(sandbox: Sandbox, unique_name: str, source_db: str) -> None:
     """ADD COLUMN and DROP COLUMN while a table is read, TRUNCATE of another, RENAME of a third: the first
     two fold equal to the source; the renamed one ends as cancelled with the reason."""
@@ -321,16 +448,20 @@ def test_cancel_then_snapshot_again_while_streaming(sandbox: Sandbox, unique_nam
 def test_kill_9_during_a_snapshot_then_rerun(sandbox: Sandbox, unique_name: str, source_db: str,
                                              tmp_path: Path) -> None:
     """`gate run` killed with SIGKILL three times at random moments while two tables are snapshotted under
-    writes: the reruns resume from the progress stored with the checkpoint, ids stay gap-free, each
-    snapshot has one SNAPSHOTSTART and one SNAPSHOTEND around its rows, and the fold equals the source."""
+    writes, and a third without a key is read whole: the reruns resume from the progress stored with the
+    checkpoint (the whole table from its start), ids stay gap-free, each snapshot has one SNAPSHOTSTART and
+    one SNAPSHOTEND around its rows, and the fold equals the source."""
     db = source_db
     with sandbox.source.connect(db) as conn, conn.cursor() as cur:
         for table in ("a", "b"):
             cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
             cur.execute(f"INSERT INTO {table} VALUES " + ", ".join(f"({n}, {n})" for n in range(1, 701)))
-    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
-                 defaults=ChannelDefaults(snapshot_chunk_rows=4, snapshot_chunk_seconds=0.01, batch_rows=10))
+        cur.execute("CREATE TABLE c (id INT, v INT)")
+        cur.execute("INSERT INTO c VALUES " + ", ".join(f"({n % 300}, 0)" for n in range(1, 701)))
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                      defaults=ChannelDefaults(snapshot_chunk_rows=4, snapshot_chunk_seconds=0.01, batch_rows=10))
     ids = [request(sandbox.dc, unique_name, db, table) for table in ("a", "b")]
+    whole = snapshots.request(dc, unique_name, ways=snapshots.Ways(whole=(f"{db}.c",))).requested[0]["id"]
     stop = threading.Event()
 
     def writes() -> None:
@@ -340,6 +471,8 @@ def test_kill_9_during_a_snapshot_then_rerun(sandbox: Sandbox, unique_name: str,
                 table, k = rnd.choice("ab"), rnd.randint(1, 800)
                 cur.execute(f"INSERT INTO {table} VALUES (%s, 0) ON DUPLICATE KEY UPDATE v = v + 1", (k,))
                 cur.execute(f"DELETE FROM {table} WHERE id = %s", (rnd.randint(1, 800),))
+                cur.execute("INSERT INTO c VALUES (%s, 1)", (k % 300,))
+                cur.execute("DELETE FROM c WHERE id = %s LIMIT 1", (rnd.randint(1, 300),))
                 time.sleep(0.002)
 
     writer = threading.Thread(target=writes)
@@ -353,20 +486,22 @@ def test_kill_9_during_a_snapshot_then_rerun(sandbox: Sandbox, unique_name: str,
             gate.send_signal(signal.SIGKILL)
             gate.wait()
         gate = start_gate(tmp_path, sandbox.dc, unique_name)
-        states = [wait_finished(sandbox.dc, unique_name, snap_id, timeout=120) for snap_id in ids]
+        states = [wait_finished(sandbox.dc, unique_name, snap_id, timeout=120) for snap_id in (*ids, whole)]
     finally:
         stop.set()
         writer.join()
-    assert states == [("done", None)] * 2
+    assert states == [("done", None)] * 3
     wait_caught_up(sandbox.source, sandbox.dc, unique_name)
     gate.send_signal(signal.SIGTERM)
     assert gate.wait(30) == 0
     rows = dc_rows(sandbox.dc, unique_name)
     for snap_id in ids:
         assert_snapshot_rows(rows, snap_id)
+    assert_one_transaction(rows, whole)
     with folded(sandbox, unique_name, db) as target, sandbox.source.connect() as source:
         for table in ("a", "b"):
             assert rows_of(target, db, table) == rows_of(source, db, table), table
+        assert sorted(rows_of(target, db, "c")) == sorted(rows_of(source, db, "c"))
 
 
 def test_failover_in_the_middle_of_a_snapshot(make_sandbox: Callable[..., Sandbox]) -> None:

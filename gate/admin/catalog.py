@@ -9,15 +9,17 @@ events.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+import pymysql
 
 from gate.admin.preflight import Problem
-from gate.capture.snapshot_reader import choose_key, read_columns
+from gate.capture.snapshot_reader import Column, choose_key, quote, read_columns
 from gate.capture.translate import TableFilter
 from gate.common import dc
 from gate.common.columns import NAME, ColumnRule, matching
 from gate.common.config import ServerConfig
-from gate.common.dc import ChannelSettings
+from gate.common.dc import ChannelSettings, one_row
 from gate.common.errors import InvalidValue
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")  # never a source's data
@@ -97,23 +99,41 @@ def rule_problems(settings: ChannelSettings) -> list[Problem]:
         for rule in settings.columns if not any(matching([rule], *c[:3]) for c in columns)]
 
 
-def snapshot_refusals(source: ServerConfig, tables: Sequence[Table],
-                      rules: Sequence[ColumnRule]) -> list[tuple[Table, str]]:
-    """Each of ``tables`` whose snapshot 'gate run' would refuse, with why (none for those it can read): no
-    primary key nor unique key on NOT NULL columns to page on, or a column rule on that key."""
+def snapshot_refusals(source: ServerConfig, channel: str, tables: Sequence[Table], rules: Sequence[ColumnRule],
+                      ways: Mapping[Table, list[str]], whole_rows: int) -> list[tuple[Table, str]]:
+    """Each of ``tables`` whose snapshot 'gate run' would refuse, with why and the fix (none for those it can
+    read): no primary key nor unique key on NOT NULL columns to page on, a column rule on that key; for a
+    table given a way in ``ways`` (the key the user chose for it, [] to read it whole), a chosen key that is
+    not NOT NULL and unique on the source now, or more than ``whole_rows`` rows to read whole."""
     refusals: list[tuple[Table, str]] = []
     if not tables:
         return refusals
     with dc.connect(source, "source") as conn, conn.cursor() as cur:
         for db, table in tables:
-            key = choose_key(cur, db, table, read_columns(cur, db, table))
+            name, columns = f"{db}.{table}", read_columns(cur, db, table)
+            again = f"'gate snapshot {channel} --table {name}'"
+            key = ways.get((db, table), choose_key(cur, db, table, columns))
             if key is None:
-                refusals.append(((db, table), f"{db}.{table} has neither a primary key nor a unique key on NOT NULL "
-                                 f"columns (add one: ALTER TABLE {db}.{table} ADD PRIMARY KEY (...))"))
-                continue
-            hits = [(column, matching(rules, db, table, column)) for column in key]
-            refusals += [((db, table), f"the column rule {rules_[0].describe()} hits {db}.{table}.{column}, a column of "
-                          "the key the snapshot pages on (narrow the rule)") for column, rules_ in hits if rules_]
+                refusals.append(((db, table), (
+                    f"{name} has neither a primary key nor a unique key on NOT NULL columns: add one (ALTER TABLE "
+                    f"{name} ADD PRIMARY KEY (...)) and request it with {again}, or request it read whole in one "
+                    f"read view ('gate snapshot {channel} --whole-table {name}', up to {whole_rows} rows) or paged "
+                    f"on columns you know are unique ('gate snapshot {channel} --key {name}=COL,...')")))
+            elif not key:
+                cur.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM {quote(db)}.{quote(table)} LIMIT {whole_rows + 1}) r")
+                if int(one_row(cur)[0]) > whole_rows:
+                    refusals.append(((db, table), (
+                        f"{name} has more than {whole_rows} rows, the most a whole-table snapshot reads (the "
+                        f"channel's snapshot_whole_table_rows): raise it ('gate channel set {channel} "
+                        f"--snapshot-whole-table-rows N') or page it on a key (a primary key, or --key {name}=COL,...)"
+                        f", then request it again")))
+            else:
+                problem = key_problem(cur, db, table, columns, key) if (db, table) in ways else None
+                hits = [(column, matching(rules, db, table, column)) for column in key]
+                refusals += [((db, table), f"{problem}; then request it again")] if problem else []
+                refusals += [((db, table), f"the column rule {rules_[0].describe()} hits {name}.{column}, a column of "
+                              f"the key the snapshot pages on (narrow the rule); then request it with {again}")
+                             for column, rules_ in hits if rules_]
     return refusals
 
 
@@ -154,3 +174,23 @@ def cascade_problems(settings: ChannelSettings) -> tuple[list[dict[str, str]], l
             f"DELETE RESTRICT ON UPDATE RESTRICT then guards the order), or snapshot {child} again after such "
             f"changes ('gate snapshot {settings.name} --table {child}').", fatal=False))
     return keys, problems
+
+
+def key_problem(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column], key: list[str]) -> str | None:
+    """What keeps ``key``, columns a user chose, from being a key of the table on the source now (from its
+    catalog and a count of its rows: the whole table is read), or None."""
+    name, nullable = f"{db}.{table}", {c.name: c.nullable == "YES" for c in columns}
+    missing = [c for c in key if c not in nullable]
+    if missing:
+        return f"{name} has no column {', '.join(missing)} for the key you chose (its columns: {', '.join(nullable)})"
+    null = [c for c in key if nullable[c]]
+    if null:
+        return (f"the key you chose for {name} has NULL-able columns ({', '.join(null)}): a row whose key is NULL "
+                "would never be read; choose NOT NULL columns")
+    listed = ", ".join(quote(c) for c in key)
+    cur.execute(f"SELECT COUNT(*) - COUNT(DISTINCT {listed}) FROM {quote(db)}.{quote(table)}")
+    repeated = int(one_row(cur)[0])
+    if repeated:
+        return (f"the key you chose for {name} ({', '.join(key)}) is not unique: {repeated} of its rows repeat the "
+                "key of another; choose other columns, or --whole-table")
+    return None

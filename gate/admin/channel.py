@@ -111,10 +111,12 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
            binary_format: str | None = None, writers: int | None = None, allow: tuple[str, ...] = (),
            deny: tuple[str, ...] = (), check: bool = True, retain_days: int | None = None,
            consumer_max_idle_days: float | None = None,
-           snapshot: bool = False) -> tuple[ChannelSettings, list[Problem], snapshots.SnapshotRequest | None]:
+           snapshot: bool = False, ways: snapshots.Ways = snapshots.NO_WAYS,
+           ) -> tuple[ChannelSettings, list[Problem], snapshots.SnapshotRequest | None]:
     """Create channel ``name``: validate, check the servers (unless ``check`` is False), create its DC database,
     with ``snapshot`` a snapshot request for every table it captures on the source that 'gate run' can
-    snapshot (the result names the others, with the fix), all in one DC transaction.
+    snapshot (read as ``ways`` says for the tables it names; the result names the others, with the fix),
+    all in one DC transaction.
 
     A channel whose creation stopped part way is replaced. Returns the settings, the preflight's warnings
     (with the captured tables foreign-key cascades change without row events) and the snapshot requests.
@@ -149,10 +151,11 @@ def create(dc_server: ServerConfig, defaults: ChannelDefaults, name: str, source
                 warnings += require_server(standby, server_id, "standby", source)
             warnings += cascade_problems(settings)[1]
         tables = captured(source_tables(source), settings.allow, settings.deny) if snapshot else []
-        tables, refused = snapshots.split_unreadable(settings, tables)
+        read = ways.of(tables)
+        tables, refused = snapshots.split_unreadable(settings, tables, read)
         requested = snapshots.SnapshotRequest(name, "channel create", refused=refused)
         try:
-            dc.create_channel(conn, settings, lambda cur: snapshots.add_requests(cur, requested, tables))
+            dc.create_channel(conn, settings, lambda cur: snapshots.add_requests(cur, requested, tables, read))
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
             raise ConnectionFailed(
                 f"The DC server {dc_server.address} failed while channel '{name}' was being created (error "
@@ -309,13 +312,14 @@ def drop(dc_server: ServerConfig, name: str, force: bool = False) -> tuple[int |
 
 def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = (),
                clear: bool = False,
-               snapshot: bool = False) -> tuple[ChannelSettings, snapshots.SnapshotRequest | None]:
+               snapshot: bool = False,
+               ways: snapshots.Ways = snapshots.NO_WAYS) -> tuple[ChannelSettings, snapshots.SnapshotRequest | None]:
     """Add allow/deny patterns (after emptying both lists if ``clear``); nothing given only reads them.
 
     Refused when a column rule hits a primary-key column of a table the new lists capture on the source.
     With ``snapshot``, requests a snapshot of each table on the source the new lists capture and the old
-    ones did not, in the DC transaction that stores the lists (one that cannot be snapshotted is not
-    requested: the result names it).
+    ones did not, in the DC transaction that stores the lists, read as ``ways`` says for the tables it
+    names (one that cannot be snapshotted is not requested: the result names it).
     """
     check_identifier(name, "Channel name")
     with dc.connect(dc_server, "DC") as conn:
@@ -332,8 +336,9 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
                 f"{name} --clear', then the rules again) or deny the table.")
         requested = None
         if snapshot:
-            tables, refused = snapshots.split_unreadable(
-                settings, snapshots.newly_captured(source_tables(settings.source), before, settings))
+            tables = snapshots.newly_captured(source_tables(settings.source), before, settings)
+            read = ways.of(tables)
+            tables, refused = snapshots.split_unreadable(settings, tables, read)
             requested = snapshots.SnapshotRequest(name, "channel filter", running_gate=dc.lock_holder(conn, name),
                                                   refused=refused)
             with conn.cursor() as cur:
@@ -342,7 +347,7 @@ def set_filter(dc_server: ServerConfig, name: str, allow: tuple[str, ...] = (), 
         with conn.cursor() as cur:
             dc.store_settings(cur, settings)
             if requested is not None:
-                snapshots.add_requests(cur, requested, tables)
+                snapshots.add_requests(cur, requested, tables, read)
         conn.commit()
     return settings, requested
 
@@ -555,6 +560,18 @@ def set_retention(dc_server: ServerConfig, name: str, retain_days: int | None = 
         if consumer_max_idle_days is not None:
             defaults = replace(defaults, consumer_max_idle_days=consumer_max_idle_days)
         settings = replace(settings, defaults=defaults)
+        dc.write_settings(conn, settings)
+    return settings
+
+
+def set_whole_table_rows(dc_server: ServerConfig, name: str, rows: int) -> ChannelSettings:
+    """Set the most rows of a table snapshotted whole (--whole-table): checked when one is requested, and by
+    'gate run' when it reads one (a running gate from its next start)."""
+    check_identifier(name, "Channel name")
+    check_range("channel_defaults.snapshot_whole_table_rows", rows, "--snapshot-whole-table-rows")
+    with dc.connect(dc_server, "DC") as conn:
+        settings = dc.read_settings(conn, name)
+        settings = replace(settings, defaults=replace(settings.defaults, snapshot_whole_table_rows=rows))
         dc.write_settings(conn, settings)
     return settings
 

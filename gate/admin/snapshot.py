@@ -5,15 +5,17 @@ up (a running gate within a few seconds, else the next one when it starts), writ
 rows as SNAPSHOTSTART, SNAPSHOT and SNAPSHOTEND rows, and moves the row to ``running``, then ``done`` or
 ``cancelled``, counting the rows at or below the checkpoint. A table with a request that is requested or
 running is never requested a second time. A table 'gate run' could not snapshot (no key to page on, a
-column rule on that key) is not requested: the others are, and the result names it with the fix. Which
+column rule on that key) is not requested: the others are, and the result names it with the fix; a
+table without a key is requested when the request says how to read it (:class:`Ways`). Which
 tables there are comes from the source's information_schema (base tables, no views), filtered by the
 channel's allow and deny lists.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,8 +78,43 @@ def _listing(tables: Sequence[Table]) -> str:
     return ", ".join(names) + more
 
 
-def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = ()) -> SnapshotRequest:
-    """Request a snapshot of every table the channel captures on its source, or of those ``patterns`` match.
+@dataclass(frozen=True)
+class Ways:
+    """How to read tables gate has no key to page on, as the user asked: ``whole`` (--whole-table
+    patterns) in one read view, ``keys`` (--key DB.TABLE=COLS) paged on columns the user knows unique."""
+
+    whole: tuple[str, ...] = ()
+    keys: Mapping[str, list[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.whole or self.keys)
+
+    def of(self, tables: Sequence[Table]) -> dict[Table, list[str]]:
+        """The key each of ``tables`` a way names is to be paged on ([]: read it whole); a way that names
+        none of them, or a table named by two ways, is refused."""
+        chosen, unmatched = _matching(tables, self.whole) if self.whole else ([], [])
+        ways: dict[Table, list[str]] = {t: [] for t in chosen}
+        by_name = {name_of(t): t for t in tables}
+        for name, key in self.keys.items():
+            if name not in by_name:
+                unmatched.append(name)
+            elif by_name[name] in ways:
+                raise InvalidValue(f"{name} is given both --whole-table and --key: choose one way to read it.")
+            else:
+                ways[by_name[name]] = key
+        if unmatched:
+            raise InvalidValue(
+                f"{', '.join(repr(p) for p in unmatched)} (--whole-table or --key) names no table whose snapshot "
+                f"is being requested ({_listing(tables) or 'none'}). Nothing was changed; correct the name.")
+        return ways
+
+
+NO_WAYS = Ways()
+
+
+def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = (), ways: Ways = NO_WAYS) -> SnapshotRequest:
+    """Request a snapshot of every table the channel captures on its source, or of those ``patterns`` match
+    and ``ways`` name (each read as its way says).
 
     A pattern matching no captured table is refused, naming it and the captured tables; so is a channel
     that captures no table. Nothing is written then.
@@ -99,8 +136,13 @@ def request(dc_server: ServerConfig, channel: str, patterns: Sequence[str] = ())
                 f"{list(settings.allow) or 'everything'}, deny {list(settings.deny)}), so there is nothing to "
                 "snapshot; nothing was requested. Create the tables first, or widen the filter with "
                 f"'gate channel filter {channel} --allow ...'.")
-        readable, refused = split_unreadable(settings, chosen)
-        return _insert(conn, channel, readable, "gate snapshot", refused)
+        read = ways.of(tables)
+        if ways and not patterns:  # the ways name the tables
+            chosen = [t for t in tables if t in read]
+        else:
+            chosen = [t for t in tables if t in chosen or t in read]
+        readable, refused = split_unreadable(settings, chosen, read)
+        return _insert(conn, channel, readable, "gate snapshot", refused, read)
 
 
 def newly_captured(tables: Iterable[Table], before: ChannelSettings, after: ChannelSettings) -> list[Table]:
@@ -110,27 +152,29 @@ def newly_captured(tables: Iterable[Table], before: ChannelSettings, after: Chan
     return [t for t in captured(tables, after.allow, after.deny) if t not in old]
 
 
-def split_unreadable(settings: ChannelSettings, tables: Sequence[Table]) -> tuple[list[Table], list[dict[str, Any]]]:
-    """``tables`` 'gate run' can snapshot, and those it would refuse (from the source's catalog and the
-    channel's column rules), each with why and the fix, as :attr:`SnapshotRequest.refused` lists them."""
-    refusals = snapshot_refusals(settings.source, tables, settings.columns)
+def split_unreadable(settings: ChannelSettings, tables: Sequence[Table],
+                     ways: Mapping[Table, list[str]]) -> tuple[list[Table], list[dict[str, Any]]]:
+    """``tables`` 'gate run' can snapshot (as ``ways`` says for those it names), and those it would refuse
+    (from the source's catalog and the channel's column rules), each with why and the fix, as
+    :attr:`SnapshotRequest.refused` lists them."""
+    refusals = snapshot_refusals(settings.source, settings.name, tables, settings.columns, ways,
+                                 settings.defaults.snapshot_whole_table_rows)
     reasons: dict[Table, list[str]] = {}
     for table, reason in refusals:
         reasons.setdefault(table, []).append(reason)
-    refused = [{"table": name_of(t), "reason": f"{'; '.join(why)}; then request it with 'gate snapshot "
-                f"{settings.name} --table {name_of(t)}'"} for t, why in reasons.items()]
+    refused = [{"table": name_of(t), "reason": "; ".join(why)} for t, why in reasons.items()]
     return [t for t in tables if t not in reasons], refused
 
 
 def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], reason: str,
-            refused: list[dict[str, Any]]) -> SnapshotRequest:
+            refused: list[dict[str, Any]], ways: Mapping[Table, list[str]]) -> SnapshotRequest:
     """One request per table, in one DC transaction; tables with a requested or running snapshot are reported."""
     result = SnapshotRequest(channel, reason, running_gate=dc.lock_holder(conn, channel), refused=refused)
     with conn.cursor() as cur:
         ensure_table(cur, channel)
         conn.begin()
         try:
-            add_requests(cur, result, tables)
+            add_requests(cur, result, tables, ways)
             conn.commit()
         except BaseException:
             conn.rollback()
@@ -138,9 +182,11 @@ def _insert(conn: pymysql.Connection, channel: str, tables: Sequence[Table], rea
     return result
 
 
-def add_requests(cur: pymysql.cursors.Cursor, result: SnapshotRequest, tables: Sequence[Table]) -> None:
-    """Insert a request per table into the channel's table, noting in ``result`` what was requested and
-    what was already pending; the caller owns the transaction."""
+def add_requests(cur: pymysql.cursors.Cursor, result: SnapshotRequest, tables: Sequence[Table],
+                 ways: Mapping[Table, list[str]]) -> None:
+    """Insert a request per table into the channel's table, with the key ``ways`` gives it ([]: read it
+    whole; else none: 'gate run' chooses), noting in ``result`` what was requested and what was already
+    pending; the caller owns the transaction."""
     snapshots = f"{q(result.channel)}.{TABLE}"
     cur.execute(f"SELECT id, dbname, tablename, state FROM {snapshots} WHERE state IN %s ORDER BY id FOR UPDATE",
                 (ACTIVE,))
@@ -150,9 +196,13 @@ def add_requests(cur: pymysql.cursors.Cursor, result: SnapshotRequest, tables: S
             id_, state = pending[table]
             result.pending.append({"id": id_, "table": name_of(table), "state": state})
             continue
-        cur.execute(f"INSERT INTO {snapshots} (dbname, tablename, reason) VALUES (%s, %s, %s)",
-                    (*table, result.reason))
-        result.requested.append({"id": cur.lastrowid, "table": name_of(table)})
+        way = ways.get(table)
+        cur.execute(f"INSERT INTO {snapshots} (dbname, tablename, reason, snap_key) VALUES (%s, %s, %s, %s)",
+                    (*table, result.reason, None if way is None else json.dumps(way)))
+        made: dict[str, Any] = {"id": cur.lastrowid, "table": name_of(table)}
+        if way is not None:
+            made.update({"key": way} if way else {"whole_table": True})
+        result.requested.append(made)
 
 
 @dataclass(frozen=True)

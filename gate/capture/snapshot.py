@@ -18,7 +18,8 @@ The ordering holds its numbering at a slot until the chunk's rows arrive (the re
 verdict before its SELECT, so that is one SELECT's time). SNAPSHOTSTART goes with the first chunk, and
 SNAPSHOTEND with the last, each a transaction of its own. The progress of each table (key, bound,
 last key, rows) is noted on the chunk and stored in the DC transaction that moves the checkpoint past
-it: a killed gate resumes at most one chunk back per table.
+it: a killed gate resumes at most one chunk back per table. A table read whole (key ``[]``) is one
+transaction, SNAPSHOTSTART to SNAPSHOTEND: a killed gate reads it again from the start.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ MAX_LAG = 10.0  # no chunk is started while the stream is further behind the sou
 RETRY_AFTER = 1.0  # seconds before a chunk that must be read again is dispatched
 HOLD_BACK = 0.05  # seconds the ordering keeps operations before applying them while snapshots run ...
 MAX_HOLD_BACK = 1.0  # ... doubled (up to this) at each read view reported too late, halved at each placed one
+WHOLE: list[str] = []  # the key of a table snapshotted whole, in one read view (requested with --whole-table)
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
@@ -63,7 +65,7 @@ class Note:
     """Progress of one table snapshot, stored with the checkpoint that passes the rows it describes."""
 
     snap_id: int
-    kind: str  # "start", "chunk" or "end"
+    kind: str  # "start", "chunk", "end", or "whole" (the three at once: a table read whole)
     key: list[str] | None = None
     bound: str | None = None
     last: str | None = None
@@ -81,6 +83,10 @@ def record(cur: pymysql.cursors.Cursor, channel: str, notes: list[Note]) -> None
             cur.execute(f"UPDATE {table} SET snap_started = 1, snap_key = %s, snap_bound = %s, snap_last = NULL, "
                         "rows_done = 0, chunks_done = 0, rows_estimate = %s WHERE id = %s",
                         (json.dumps(note.key), note.bound, note.estimate, note.snap_id))
+        elif note.kind == "whole":
+            cur.execute(f"UPDATE {table} SET snap_started = 1, snap_key = %s, rows_done = %s, chunks_done = 1, "
+                        "rows_estimate = %s, state = %s, finished_at = NOW(3) WHERE id = %s",
+                        (json.dumps(note.key), note.rows, note.estimate, note.state, note.snap_id))
         elif note.kind == "chunk":
             cur.execute(f"UPDATE {table} SET snap_last = %s, rows_done = rows_done + %s, chunks_done = chunks_done + 1 "
                         "WHERE id = %s", (note.last, note.rows, note.snap_id))
@@ -302,8 +308,12 @@ class SnapshotEngine:
                                  "it again.")
                     continue
                 new = _Table(snap_id, db, name, reason, bool(started), chunk_rows=self.defaults.snapshot_chunk_rows)
+                if key is not None:  # the key it pages on, stored by its first chunk or by the request
+                    new.key = json.loads(key)
+                if new.key == WHOLE:
+                    new.chunk_rows = self.defaults.snapshot_whole_table_rows
                 if started:
-                    new.key, new.bound, new.last, new.rows = json.loads(key), decode_key(bound), decode_key(last), rows_done
+                    new.bound, new.last, new.rows = decode_key(bound), decode_key(last), rows_done
                 if cancel:
                     new.cancel = "cancelled by 'gate snapshot --cancel'"
                 self._tables[snap_id] = new
@@ -401,8 +411,11 @@ class SnapshotEngine:
                 snap.cancel = chunk.reason
                 self._end_cancelled(snap)
             return
-        txns: list[tuple[list[Change], Note]] = []
         db, name = snap.db, snap.table
+        if chunk.key == WHOLE:  # the whole table: SNAPSHOTSTART, its rows and SNAPSHOTEND in one transaction
+            slot.txns = [self._whole(snap, chunk)]
+            return
+        txns: list[tuple[list[Change], Note]] = []
         if not snap.started:
             snap.started, snap.key, snap.bound, snap.rows = True, chunk.key, chunk.bound, 0
             start = {"NEW": chunk.columns, "SNAPSHOT": {"id": snap.snap_id, "reason": snap.reason, "key": chunk.key}}
@@ -418,6 +431,18 @@ class SnapshotEngine:
         if chunk.done:
             txns.append(self._end(snap, "done", None))
         slot.txns = txns
+
+    def _whole(self, snap: _Table, chunk: Chunk) -> tuple[list[Change], Note]:
+        """A table read whole in one read view as one transaction, so that the checkpoint passes all of it
+        or none: a killed gate reads it again from the start."""
+        snap.started, snap.key, snap.rows = True, [], len(chunk.data)
+        self._rows += len(chunk.data)
+        start = {"NEW": chunk.columns, "SNAPSHOT": {"id": snap.snap_id, "reason": snap.reason, "key": WHOLE}}
+        end, _note = self._end(snap, "done", None)
+        changes = [(snap.db, snap.table, "SNAPSHOTSTART", dumps(start)),
+                   *((snap.db, snap.table, "SNAPSHOT", data) for data in chunk.data), *end]
+        return changes, Note(snap.snap_id, "whole", key=WHOLE, rows=len(chunk.data), state="done",
+                             estimate=chunk.estimate)
 
     def _end(self, snap: _Table, state: str, reason: str | None) -> tuple[list[Change], Note]:
         self._tables.pop(snap.snap_id, None)

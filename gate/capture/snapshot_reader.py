@@ -12,6 +12,10 @@ key LIMIT n``, the composite comparison spelled out as ``a > ? OR (a = ? AND b >
 constructor ``(a, b) > (?, ?)`` makes MariaDB read far more rows), never OFFSET. No lock is taken
 beyond the metadata lock of the SELECT, and nothing is written to the source.
 
+A table without a key is read one of two ways the request chose: whole (the key ``[]``), in one read
+view as one chunk of at most ``Task.rows`` rows (more cancels it); or paged on columns the user named,
+where each chunk also counts the rows and distinct keys of its range, since no index enforces them.
+
 Values are rendered by the binlog path's rules (:func:`gate.capture.values.text_renderer`). Where the text
 protocol would show other text than the binlog holds, the SELECT asks for the bytes (``CAST(c AS
 BINARY)``) and renders them as the binlog path renders that column: MariaDB's UUID, INET4 and INET6
@@ -28,6 +32,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -51,6 +56,7 @@ Key = list[Any]  # key values as the text protocol gives them: str, or bytes for
 RAW_TYPES = ("uuid", "inet4", "inet6")  # MariaDB type plugins: bytes in the binlog, text in a SELECT
 TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
 UTF8 = ("utf8mb4", "utf8mb3")  # the session's character set: these arrive as the binlog holds them
+OTHER_COLUMNS = "the SELECT returned other columns than the table had when it was opened"
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class Column:
 
     def select(self) -> str:
         """The column in the chunk's SELECT list."""
-        return f"CAST({_name(self.name)} AS BINARY) AS {_name(self.name)}" if self.raw else _name(self.name)
+        return f"CAST({quote(self.name)} AS BINARY) AS {quote(self.name)}" if self.raw else quote(self.name)
 
     def describe(self) -> dict[str, str]:
         """The column as a CREATETABLE payload lists it."""
@@ -132,7 +138,8 @@ def decode_key(text: str | None) -> Key | None:
     return [base64.b64decode(v["base64"]) if isinstance(v, dict) else v for v in json.loads(text)]
 
 
-def _name(name: str) -> str:
+def quote(name: str) -> str:
+    """A source identifier backquoted, whatever its characters."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -141,9 +148,9 @@ def after(key: list[str], inclusive: bool = False, below: bool = False) -> str:
     strict, last = ("<", "<=") if below else (">", ">=")
     terms = []
     for n, column in enumerate(key):
-        equal = [f"{_name(c)} = %s" for c in key[:n]]
+        equal = [f"{quote(c)} = %s" for c in key[:n]]
         op = last if inclusive and n == len(key) - 1 else strict
-        terms.append("(" + " AND ".join([*equal, f"{_name(column)} {op} %s"]) + ")")
+        terms.append("(" + " AND ".join([*equal, f"{quote(column)} {op} %s"]) + ")")
     return "(" + " OR ".join(terms) + ")"
 
 
@@ -172,15 +179,21 @@ def rows_estimate(cur: pymysql.cursors.Cursor, db: str, table: str) -> int | Non
     return None if row is None or row[0] is None else int(row[0])
 
 
-def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
-    """The primary key's columns in key order; else those of the narrowest unique key whose columns are
-    all NOT NULL; None when the table has neither."""
+def unique_indexes(cur: pymysql.cursors.Cursor, db: str, table: str) -> dict[str, list[str]]:
+    """The table's primary and unique keys, each with its columns in key order, the primary key first."""
     cur.execute("SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema = %s AND "
                 "table_name = %s AND non_unique = 0 ORDER BY index_name = 'PRIMARY' DESC, index_name, seq_in_index",
                 (db, table))
     indexes: dict[str, list[str]] = {}
     for index, column in cur.fetchall():
         indexes.setdefault(index, []).append(column)
+    return indexes
+
+
+def choose_key(cur: pymysql.cursors.Cursor, db: str, table: str, columns: list[Column]) -> list[str] | None:
+    """The primary key's columns in key order; else those of the narrowest unique key whose columns are
+    all NOT NULL; None when the table has neither."""
+    indexes = unique_indexes(cur, db, table)
     if "PRIMARY" in indexes:
         return indexes["PRIMARY"]
     not_null = {c.name for c in columns if c.nullable == "NO"}
@@ -249,15 +262,24 @@ class Reader:
             return Chunk("gone", f"{task.db}.{task.table} does not exist on the source {self.server.address}: it "
                                  "was dropped or renamed (the snapshot of a renamed table is not carried over: "
                                  "request one of the new name)")
-        key = task.key or choose_key(cur, task.db, task.table, columns)
+        key = task.key if task.key is not None else choose_key(cur, task.db, task.table, columns)
         if key is None:
             return Chunk("refused", (
                 f"{task.db}.{task.table} has neither a primary key nor a unique key on NOT NULL columns, so gate "
                 "cannot read it in resumable chunks and does not snapshot it. Add one (e.g. ALTER TABLE ... ADD "
-                "PRIMARY KEY (...)) and request the snapshot again; until then its image holds only what streams."))
+                "PRIMARY KEY (...)) and request the snapshot again, or request it read whole ('gate snapshot "
+                f"CHANNEL --whole-table {task.db}.{task.table}'); until then its image holds only what streams."))
         names = [c.name for c in columns]
         if not set(key) <= set(names):
             return Chunk("retry", f"its key columns {key} are not all among its columns any more")
+        # a key the user chose (--key) that no unique index enforces: each chunk counts its keys
+        counted = bool(key) and not any(set(cols) <= set(key) for cols in unique_indexes(cur, task.db, task.table).values())
+        null = [c.name for c in columns if counted and c.name in key and c.nullable == "YES"]
+        if null:
+            return Chunk("refused", (
+                f"The key chosen for the snapshot of {task.db}.{task.table} ({', '.join(key)}) has NULL-able columns "
+                f"now ({', '.join(null)}): a row whose key is NULL would never be read; gate does not go on with the "
+                "snapshot. Choose NOT NULL columns (--key) or read it whole (--whole-table), and request it again."))
         keys = rule_keys(task.rules)
         plan, selected = [], []
         for column in columns:
@@ -296,42 +318,58 @@ class Reader:
         started = time.monotonic()
         try:
             bound = task.bound
-            table = f"{_name(task.db)}.{_name(task.table)}"
-            order = ", ".join(f"{table}.{_name(c)}" for c in key)  # the columns, not a CAST of the SELECT list
-            if bound is None:
+            table = f"{quote(task.db)}.{quote(task.table)}"
+            order = ", ".join(f"{table}.{quote(c)}" for c in key)  # the columns, not a CAST of the SELECT list
+            if bound is None and key:
                 cur.execute(f"SELECT {order} FROM {table} ORDER BY "
-                            + ", ".join(f"{_name(c)} DESC" for c in key) + " LIMIT 1")
+                            + ", ".join(f"{quote(c)} DESC" for c in key) + " LIMIT 1")
                 top = cur.fetchone()
                 bound = list(top) if top else None
             data: list[str] = []
             last = task.last
-            if bound is not None:
-                where = [after(key, inclusive=True, below=True)]
-                args = after_args(bound)
-                if last is not None:
-                    where.insert(0, after(key))
-                    args = after_args(last) + args
+            if not key:  # the whole table in this one read view, as one chunk
+                cur.execute(f"SELECT {', '.join(c.select() for c in columns)} FROM {table} LIMIT {int(task.rows) + 1}")
+                rows = cur.fetchall()
+                if len(rows) > task.rows:
+                    cur.execute("COMMIT")
+                    return Chunk("refused", (
+                        f"{task.db}.{task.table} has more than {task.rows} rows, the most a whole-table snapshot reads "
+                        "(the channel's snapshot_whole_table_rows); gate does not snapshot it. Add a primary key, or "
+                        "raise the bound ('gate channel set CHANNEL --snapshot-whole-table-rows N'), and request it "
+                        "again."))
+                if [d[0] for d in cur.description][: len(names)] != names:
+                    return Chunk("retry", OTHER_COLUMNS)
+                data = self._render(plan, selected, names, rows)
+            elif bound is not None:
+                start = after_args(last) if last is not None else []
+                where = ([after(key)] if last is not None else []) + [after(key, inclusive=True, below=True)]
                 # key values as they compare: a key column selected as bytes comes once more as it is
                 listed = [c.select() for c in columns]
                 positions = []
                 for name in key:
                     column = columns[names.index(name)]
                     if column.raw:
-                        listed.append(_name(name))
+                        listed.append(quote(name))
                     positions.append(len(listed) - 1 if column.raw else names.index(name))
-                cur.execute(f"SELECT {', '.join(listed)} FROM {table} "
-                            f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT {int(task.rows)}", args)
+                cur.execute(f"SELECT {', '.join(listed)} FROM {table} WHERE {' AND '.join(where)} ORDER BY {order} "
+                            f"LIMIT {int(task.rows)}", start + after_args(bound))
                 rows = cur.fetchall()
                 if [d[0] for d in cur.description][: len(names)] != names:
-                    return Chunk("retry", "the SELECT returned other columns than the table had when it was opened")
-                image = self._image(plan)
-                selected_at = [names.index(c.name) for c in selected]
-                if selected_at == list(range(len(names))):  # no column excluded: the rows as they are
-                    data = ['{"NEW":' + image.row_json(row) + "}" for row in rows]
-                else:
-                    data = ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
+                    return Chunk("retry", OTHER_COLUMNS)
+                data = self._render(plan, selected, names, rows)
                 if rows:
                     last = [rows[-1][i] for i in positions]
+                if counted and rows:  # no key of the page repeated, within it or just past it
+                    cur.execute(f"SELECT COUNT(*), COUNT(DISTINCT {order}) FROM {table} WHERE {' AND '.join(where)}",
+                                start + after_args([rows[-1][i] for i in positions]))
+                    if [int(n) for n in one_row(cur)] != [len(rows), len(rows)]:  # (values come as text)
+                        cur.execute("COMMIT")
+                        return Chunk("refused", (
+                            f"{task.db}.{task.table} has rows that repeat a value of the key chosen for its snapshot "
+                            f"({', '.join(key)}), after {encode_key(task.last) or 'the start'} up to "
+                            f"{encode_key(last)}: the key is not unique, so the snapshot would not be exact; gate "
+                            "cancels it. Choose other columns (--key) or read it whole (--whole-table), and request "
+                            "it again."))
             cur.execute("COMMIT")
         except BaseException:
             self.close()
@@ -339,11 +377,20 @@ class Reader:
         if read_columns(cur, task.db, task.table) != columns:
             return Chunk("retry", "its columns changed while the chunk was read")
         seconds = time.monotonic() - started
-        done = bound is None or len(data) < task.rows or last == bound
+        done = not key or bound is None or len(data) < task.rows or last == bound
         target = task.rows * self.chunk_seconds / max(seconds, 1e-3)
         next_rows = int(min(self.max_rows, max(self.min_rows, task.rows / 2, min(target, task.rows * 2))))
         return Chunk("rows", data=data, columns=[c.describe() for c in selected], key=key, bound=bound, last=last,
                      done=done, clock=int(clock), next_rows=next_rows, seconds=seconds, estimate=estimate)
+
+    def _render(self, plan: list[tuple[str, Any]], selected: list[Column], names: list[str],
+                rows: Sequence[Sequence[Any]]) -> list[str]:
+        """SNAPSHOT rows' data of the SELECT's ``rows`` (the table's ``names`` first), excluded columns left out."""
+        image = self._image(plan)
+        selected_at = [names.index(c.name) for c in selected]
+        if selected_at == list(range(len(names))):  # no column excluded: the rows as they are
+            return ['{"NEW":' + image.row_json(row) + "}" for row in rows]
+        return ['{"NEW":' + image.row_json([row[i] for i in selected_at]) + "}" for row in rows]
 
     def _image(self, plan: list[tuple[str, Any]]) -> ImageRenderer:
         marker = tuple(name for name, _ in plan)

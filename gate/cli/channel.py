@@ -10,11 +10,13 @@ import click
 from gate.admin import channel as channels
 from gate.admin import retention
 from gate.admin import skip as skips
+from gate.admin import snapshot as snapshots
 from gate.admin.preflight import describe_tls, tls_report
 from gate.capture import failover
 from gate.cli.app import App, login_options, need_terminal, pairs, pass_app, report_checks, table, tls_options, warn
-from gate.cli.snapshot import describe_request, emit_request
-from gate.common.columns import MASK, parse_rules
+from gate.cli.snapshot import describe_request, emit_request, way_options
+from gate.common.columns import MASK, parse_keys, parse_rules
+from gate.common.config import check_range
 from gate.common.errors import InvalidValue, NotConfirmed
 from gate.common.tls import TlsOptions, given, tls_settings
 
@@ -78,6 +80,7 @@ def _print_channel(app: App, name: str) -> None:
 @click.option("--no-check", is_flag=True, help="skip the preflight of the source and standby")
 @click.option("--snapshot", "snapshot", is_flag=True,
               help="also request a snapshot of every table the channel captures (see 'gate snapshot')")
+@way_options
 @pass_app
 def create(app: App, name: str, source_address: str, source_user: str | None, source_password: str | None,
            source_password_env: str | None, source_tls_mode: str | None, source_tls_ca: str | None,
@@ -87,7 +90,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
            standby_tls_key: str | None, server_id: int | None,
            timezone: str | None, binary_format: str | None, writers: int | None, allow: tuple[str, ...],
            deny: tuple[str, ...], retain_days: str | None, consumer_max_idle_days: float | None,
-           no_check: bool, snapshot: bool) -> None:
+           no_check: bool, snapshot: bool, whole: tuple[str, ...], keys: tuple[str, ...]) -> None:
     """Create a channel: its database and tables on the DC server.
 
     Checks the source (and standby) first as 'gate check-source' does, unless --no-check, then
@@ -101,7 +104,8 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     request for every table it captures on the source, so that 'gate run' writes the rows those tables
     already hold, not only their changes from now on; a table gate cannot snapshot (neither a primary key
     nor a unique key on NOT NULL columns) is not requested: the channel is created, a "not requested:
-    ..." line on stderr names the table with the fix, and the exit status is 4. The channel and its
+    ..." line on stderr names the table with the fix, and the exit status is 4; --whole-table and --key
+    snapshot such tables another way (see 'gate snapshot'). The channel and its
     requests are made in one DC transaction: a create cut short (killed, or its DC failing) is completed
     by running it again. --source-tls-* and
     --standby-tls-* set how gate's connections to each server use TLS (default: channel_defaults.tls);
@@ -120,6 +124,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
             --standby-user gate --standby-password-env SHOP_SOURCE_PASSWORD --allow 'shop.*'
         gate channel create crm --source db3.example.com:3306 --allow 'crm.*' --snapshot
     """
+    ways = _ways(snapshot, whole, keys)
     default_tls = app.config.channel_defaults.tls
     source = channels.server_login(
         source_address, source_user, source_password, source_password_env, "source",
@@ -132,7 +137,7 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
         app.dc, app.config.channel_defaults, name, source, standby, server_id=server_id, timezone=timezone,
         binary_format=binary_format, writers=writers, allow=allow, deny=deny, check=not no_check,
         retain_days=retain_days_value(retain_days), consumer_max_idle_days=consumer_max_idle_days, snapshot=snapshot,
-    )
+        ways=ways)
     warn(warnings)
     if not no_check:
         for role, server in (("source", source), ("standby", standby)):
@@ -146,6 +151,13 @@ def create(app: App, name: str, source_address: str, source_user: str | None, so
     emit_request(app, {**data, "warnings": [asdict(p) for p in warnings], "snapshot": requested.as_dict()},
                  pairs(data) + "\n\n" + describe_request(requested, "no snapshot requested: the channel captures no "
                                                                 "table on the source yet"), requested)
+
+
+def _ways(snapshot: bool, whole: tuple[str, ...], keys: tuple[str, ...]) -> snapshots.Ways:
+    """--whole-table and --key, which say how --snapshot reads the tables they name."""
+    if (whole or keys) and not snapshot:
+        raise InvalidValue("--whole-table and --key say how --snapshot reads a table: give --snapshot too.")
+    return snapshots.Ways(whole, parse_keys(keys))
 
 
 def _describe_gate(gate: dict[str, Any] | None) -> str | None:
@@ -254,8 +266,10 @@ def drop(app: App, name: str, yes: bool, force: bool) -> None:
 @click.option("--clear", is_flag=True, help="empty both lists first")
 @click.option("--snapshot", "snapshot", is_flag=True,
               help="request snapshots of the tables the new lists capture and the old ones did not")
+@way_options
 @pass_app
-def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], clear: bool, snapshot: bool) -> None:
+def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], clear: bool, snapshot: bool,
+            whole: tuple[str, ...], keys: tuple[str, ...]) -> None:
     """Set which tables a channel captures, by db.table patterns.
 
     A table is captured when the allow list is empty or one allow pattern matches it, and no deny
@@ -266,7 +280,8 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
     unless --snapshot: it requests a snapshot of each table on the source that the new lists capture
     and the old ones did not, and names them. New lists that capture a table whose primary-key column
     a column rule matches are refused; a --snapshot leaves out a table gate could not snapshot, naming
-    it on stderr ("not requested: ..."), with exit status 4.
+    it on stderr ("not requested: ..."), with exit status 4, unless --whole-table or --key says how to
+    read it (see 'gate snapshot').
 
     Example:
 
@@ -274,7 +289,7 @@ def filter_(app: App, name: str, allow: tuple[str, ...], deny: tuple[str, ...], 
         gate channel filter shop --clear --allow 'shop.*' --deny '*.audit_log'
         gate channel filter shop --allow 'crm.customer?' --snapshot
     """
-    settings, requested = channels.set_filter(app.dc, name, allow, deny, clear, snapshot)
+    settings, requested = channels.set_filter(app.dc, name, allow, deny, clear, snapshot, _ways(snapshot, whole, keys))
     data: dict[str, Any] = {"channel": name, "allow": list(settings.allow), "deny": list(settings.deny)}
     if requested is None:
         app.emit(data, pairs(data))
@@ -466,17 +481,20 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
 @click.option("--on-rows-without-events", type=click.Choice(channels.ON_ROWS_WITHOUT_EVENTS),
               help="after a statement that changed rows without row events (TRUNCATE PARTITION, ...): snapshot "
                    "the tables it changed, or only flag its payload")
+@click.option("--snapshot-whole-table-rows", type=int, metavar="N",
+              help="the most rows of a table snapshotted whole (gate snapshot --whole-table)")
 @tls_options("source", "source")
 @tls_options("standby", "standby")
 @pass_app
 def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
          consumer_max_idle_days: float | None, metrics_port: int | None, metrics_address: str | None,
          stuck_after_seconds: float | None, ready_lag_seconds: float | None, on_rows_without_events: str | None,
+         snapshot_whole_table_rows: int | None,
          source_tls_mode: str | None,
          source_tls_ca: str | None, source_tls_cert: str | None, source_tls_key: str | None,
          standby_tls_mode: str | None, standby_tls_ca: str | None, standby_tls_cert: str | None,
          standby_tls_key: str | None) -> None:
-    """Set a channel's failover behaviour, retention, and metrics and health settings.
+    """Set a channel's failover behaviour, retention, metrics and health settings, and snapshot bound.
 
     --failover-mode chooses how gate, after a switch, recognises the standby's transactions that the DC
     already holds. --on-divergence chooses what happens when the DC holds transactions the standby
@@ -502,6 +520,9 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     so that the DC's fold converges again; 'flag' leaves it at the payload. A running gate applies it
     within seconds.
 
+    --snapshot-whole-table-rows N: the most rows of a table 'gate snapshot --whole-table' reads (it
+    holds them all in memory); a running gate uses it from its next start.
+
     --source-tls-* and --standby-tls-* change how gate's connections to that server use TLS (options
     not given stay; '' removes a file); gate connects with the new settings first and stores nothing
     if that fails. A running gate uses them when it next starts.
@@ -521,12 +542,17 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         ("standby", (standby_tls_mode, standby_tls_ca, standby_tls_cert, standby_tls_key))) if given(options)}
     days = retain_days_value(retain_days)
     channels.check_retention(days, consumer_max_idle_days)  # every value is checked before anything changes
+    if snapshot_whole_table_rows is not None:
+        check_range("channel_defaults.snapshot_whole_table_rows", snapshot_whole_table_rows,
+                    "--snapshot-whole-table-rows")
     _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
                                       ready_lag_seconds)  # it checks its values before it changes anything
     settings = channels.set_tls(app.dc, name, tls)
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
     if on_rows_without_events is not None:
         settings = channels.set_rows_without_events(app.dc, name, on_rows_without_events)
+    if snapshot_whole_table_rows is not None:
+        settings = channels.set_whole_table_rows(app.dc, name, snapshot_whole_table_rows)
     if days is not None or consumer_max_idle_days is not None:
         settings = channels.set_retention(app.dc, name, days, consumer_max_idle_days)
     for clash in clashes:
@@ -536,6 +562,8 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     defaults = asdict(settings.defaults)
     data.update({key: defaults[key] for key in ("retain_days", "consumer_max_idle_days", *channels.METRICS_SETTINGS,
                                                 "on_rows_without_events")})
+    if snapshot_whole_table_rows is not None:  # else shown by 'gate channel show', with the other defaults
+        data["snapshot_whole_table_rows"] = defaults["snapshot_whole_table_rows"]
     data.update({f"{role}_tls": getattr(settings, role).tls.as_row() for role in tls})  # the servers changed
     app.emit(data, pairs(data))
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from gate.admin import snapshot as snapshots
 from gate.cli.app import App, pass_app, table
+from gate.common.columns import parse_keys
 from gate.common.config import check_identifier
 from gate.common.errors import InvalidValue
 
@@ -18,9 +20,25 @@ REFRESH_SECONDS = 0.5  # how often a terminal's progress bars read gate_snapshot
 NOT_REQUESTED = 4
 
 
+def way_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--whole-table and --key: how to read tables without a key (see :class:`gate.admin.snapshot.Ways`)."""
+    command = click.option("--key", "keys", multiple=True, metavar="DB.TABLE=COL[,COL...]",
+                           help="snapshot this table paged on these columns, unique and NOT NULL but not a key "
+                                "there (checked on the source) (repeatable)")(command)
+    return click.option("--whole-table", "whole", multiple=True, metavar="PATTERN",
+                        help="snapshot these tables read whole, in one read view, up to snapshot_whole_table_rows "
+                             "rows each: for a table without a key (repeatable)")(command)
+
+
+def _way(row: dict[str, Any]) -> str:
+    if row.get("whole_table"):
+        return ", read whole in one read view"
+    return f", paged on ({', '.join(row['key'])})" if "key" in row else ""
+
+
 def describe_request(result: snapshots.SnapshotRequest, nothing: str = "no snapshot requested") -> str:
     """What a request did, and who takes it up, as lines for a person."""
-    lines = [f"requested a snapshot of {r['table']} (id {r['id']})" for r in result.requested]
+    lines = [f"requested a snapshot of {r['table']} (id {r['id']}{_way(r)})" for r in result.requested]
     lines += [f"{r['table']} already has a snapshot {r['state']} (id {r['id']}): not requested again"
               for r in result.pending]
     if not result.requested:
@@ -93,10 +111,12 @@ def _watch(app: App, channel: str, patterns: tuple[str, ...]) -> dict[str, Any]:
 @click.argument("channel")
 @click.option("--table", "patterns", multiple=True, metavar="PATTERN",
               help="only the captured tables matching this db.table pattern (repeatable) [default: all]")
+@way_options
 @click.option("--status", "show", is_flag=True, help="show each table's latest snapshot and its progress")
 @click.option("--cancel", is_flag=True, help="cancel the requested and running snapshots (of --table's tables)")
 @pass_app
-def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, cancel: bool) -> None:
+def snapshot(app: App, channel: str, patterns: tuple[str, ...], whole: tuple[str, ...], keys: tuple[str, ...],
+             show: bool, cancel: bool) -> None:
     """Request, watch or cancel snapshots: the current rows of CHANNEL's captured tables.
 
     Without an option: requests a snapshot of every table the channel captures on its source (base
@@ -109,6 +129,13 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
     takes requests up within a few seconds, else the next one when it starts; it writes a SNAPSHOTSTART
     row, one SNAPSHOT row per source row and a SNAPSHOTEND row per table into transfer_data, between the
     changes it captures.
+
+    A table without a key can be snapshotted two ways, each naming the table as --table does:
+    --whole-table PATTERN reads it whole in one read view (exact, lock-free; up to the channel's
+    snapshot_whole_table_rows rows, counted now and when read; restarted from the start if gate is
+    killed); --key DB.TABLE=COL[,COL...] pages it on columns you know are unique and NOT NULL (checked on
+    the source now, with a read of the whole table, and again in each chunk: a repeated key cancels the
+    snapshot, named).
 
     --status shows each table's latest snapshot: id, state, reason, rows written at or below the
     checkpoint against the source's row estimate (its information_schema TABLE_ROWS when the table's
@@ -124,6 +151,7 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
 
     \b
         gate snapshot shop --table 'shop.orders' --table 'shop.order_*'
+        gate snapshot shop --whole-table 'shop.audit_log' --key shop.legacy=code,day
         gate snapshot shop --status
         gate --json snapshot shop --status
         gate snapshot shop --cancel --table 'shop.orders'
@@ -131,6 +159,9 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
     check_identifier(channel, "channel name")
     if show and cancel:
         raise InvalidValue("Give --status or --cancel, not both.")
+    if (show or cancel) and (whole or keys):
+        raise InvalidValue("--whole-table and --key say how to read the tables a request asks for: not with "
+                           "--status or --cancel.")
     if cancel:
         done = snapshots.cancel(app.dc, channel, patterns)
         lines = [f"cancelled the snapshot of {r['table']} (id {r['id']}) before it started" for r in done.cancelled]
@@ -151,5 +182,5 @@ def snapshot(app: App, channel: str, patterns: tuple[str, ...], show: bool, canc
         app.emit(data, status_table(data["snapshots"]) if data["snapshots"] else
                  f"channel {channel} has no snapshots")
     else:
-        result = snapshots.request(app.dc, channel, patterns)
+        result = snapshots.request(app.dc, channel, patterns, snapshots.Ways(whole, parse_keys(keys)))
         emit_request(app, result.as_dict(), describe_request(result), result)

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -152,3 +152,15 @@ def chain(rules: Sequence[ColumnRule], keys: Mapping[str, bytes]) -> Transform |
         return v
 
     return apply
+
+
+def parse_keys(specs: Iterable[str]) -> dict[str, list[str]]:
+    """``DB.TABLE=COL[,COL...]`` options (``--key``: a key a table lacks, chosen by the user) by table name."""
+    keys = {}
+    for spec in specs:
+        match = re.fullmatch(r"([^.=\s]+\.[^.=\s]+)=([^=\s]+)", spec)
+        if not match:
+            raise InvalidValue(f"Key {spec!r} is not DB.TABLE=COL[,COL...], e.g. shop.orders=id or "
+                               "shop.lines=order_id,line_no.")
+        keys[match.group(1)] = match.group(2).split(",")
+    return keys

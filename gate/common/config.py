@@ -46,6 +46,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "channel_defaults.snapshot_readers": (1, 64),
     "channel_defaults.snapshot_chunk_seconds": (0.01, 60),
     "channel_defaults.snapshot_chunk_rows": (1, 1_000_000),
+    "channel_defaults.snapshot_whole_table_rows": (1, 10_000_000),
 }
 
 
@@ -215,6 +216,7 @@ class ChannelDefaults:
     snapshot_chunk_rows: int = 2000  # ... but reads at least this many rows
     on_rows_without_events: Literal["snapshot", "flag"] = "snapshot"  # a statement that changed rows without
     # row events (ROWS_WITHOUT_EVENTS in its payload): snapshot those tables, or only flag the payload
+    snapshot_whole_table_rows: int = 100_000  # the most rows of a table snapshotted whole (--whole-table)
     tls: TlsSettings = field(default_factory=TlsSettings)  # a new channel's source and standby; stored per server
 
 
