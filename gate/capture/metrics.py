@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 VISIBLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+# transactions read and not yet checkpointed whose start times the lag keeps; past this many (a stalled DC while
+# the reader reads on) the newest entry covers the later ones with its older time: the lag reads high, never low
+UNSETTLED_MAX = 10_000
 AT_END_FRESH = 5.0  # seconds a heartbeat's finding "at the source's end" holds (the source sends one every 0.1 s)
 
 
@@ -158,9 +161,14 @@ class RunMetrics:
 
     def transaction_ended(self, log_file: str | None, log_pos: int | None) -> None:
         """The open transaction ended at ``log_file:log_pos``: it counts until a checkpoint passes that."""
-        if self.open_since is not None:
-            self.unsettled.append((_binlog_order(log_file, log_pos), self.open_since))
-            self.open_since = None
+        if self.open_since is None:
+            return
+        unsettled, end = self.unsettled, _binlog_order(log_file, log_pos)
+        if len(unsettled) >= UNSETTLED_MAX:  # a DC that stalls while the reader reads on: the list stays bounded
+            unsettled[-1] = (end, unsettled[-1][1])  # the newest entry stretches to this end and keeps its older time
+        else:
+            unsettled.append((end, self.open_since))
+        self.open_since = None
 
     # --- what the endpoints say -------------------------------------------------------------
 
@@ -174,7 +182,10 @@ class RunMetrics:
         if stage is None:
             return 0.0
         at_end = self.at_end and stage.reader.connected and now - self.caught_up_at <= AT_END_FRESH
-        oldest = self.unsettled[0][1] if self.unsettled else self.open_since
+        try:  # the main thread pops settled transactions while this (the HTTP thread) reads
+            oldest: int | None = self.unsettled[0][1]
+        except IndexError:
+            oldest = self.open_since
         lag = lag_seconds(at_end, now, oldest)
         return max(0.0, now - (self.caught_up_at or self.started_at)) if lag is None else lag
 

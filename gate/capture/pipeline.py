@@ -556,7 +556,7 @@ class Pipeline:
                 elif type(item) is Statement:
                     for change in translator.statement(item):
                         ordering.statement(change, item.timestamp)
-                        if change[2] == "ALTERTABLE" and UNLOGGED in change[3]:
+                        if change[2] == "ALTERTABLE" and UNLOGGED in change[3]:  # a cheap test, _unlogged parses
                             self._unlogged(change, translator, engine, translator.position())
                         if change[2] in ("RENAME", "DROPTABLE"):
                             what = "renamed" if change[2] == "RENAME" else "dropped"
@@ -635,6 +635,8 @@ class Pipeline:
         """A statement changed rows without row events: with on_rows_without_events 'snapshot', request a
         snapshot of each captured table it changed, so that the fold converges again."""
         data = json.loads(change[3])
+        if UNLOGGED not in data:  # the name only stood in the statement's text (a column, a comment)
+            return
         tables = [table for table in unlogged_tables(data) if translator.filter.passes(*table)]
         log.warning("channel %s: a statement at %s changed rows of %s without row events (%s)", self.channel, at,
                     ", ".join(f"{db}.{table}" for db, table in tables) or "no captured table",

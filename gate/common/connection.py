@@ -164,7 +164,7 @@ def _require_secure_transport(server: ServerConfig) -> bool | None:
     the login that was refused in plaintext, now encrypted); None when that login fails too."""
     probe = replace(server, tls=TlsSettings("required"))
     try:
-        conn = pymysql.connect(**probe.connect_args(), connect_timeout=5)
+        conn = pymysql.connect(**{**probe.connect_args(), "connect_timeout": 5})
     except pymysql.err.MySQLError:
         return None
     try:
