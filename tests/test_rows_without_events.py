@@ -64,6 +64,9 @@ def test_truncate_partition_is_flagged_and_snapshotted(sandbox: Sandbox, unique_
             cur.execute("SELECT NEXTVAL(sq)")
             with running(dc, unique_name):
                 wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+                # the flag's name in a statement's text is no flag (a KeyError stopped gate for good)
+                cur.execute("CREATE TABLE named (id INT PRIMARY KEY) COMMENT 'ROWS_WITHOUT_EVENTS'")
+                cur.execute("ALTER TABLE named ADD COLUMN ROWS_WITHOUT_EVENTS INT")
                 cur.execute("ALTER TABLE pt TRUNCATE PARTITION p0")
                 cur.execute("SHOW MASTER STATUS")
                 at = "{}:{}".format(*cur.fetchone()[:2])
@@ -79,6 +82,9 @@ def test_truncate_partition_is_flagged_and_snapshotted(sandbox: Sandbox, unique_
             source_rows = list(cur.fetchall())
         rows = dc_rows(sandbox.dc, unique_name)
         flagged = {r[3]: json.loads(r[7]) for r in rows if r[6] == "ALTERTABLE"}
+        assert flagged.pop("named") == {
+            "ADDCOLUMN": [{"field_name": "ROWS_WITHOUT_EVENTS", "data_type": "int"}],
+            "SQL": "ALTER TABLE named ADD COLUMN ROWS_WITHOUT_EVENTS INT"}
         assert flagged == {
             "pt": {"OTHERS": ["TRUNCATE PARTITION p0"],
                    "ROWS_WITHOUT_EVENTS": [{"dbname": db, "tablename": "pt", "by": "TRUNCATE PARTITION"}],
@@ -94,7 +100,7 @@ def test_truncate_partition_is_flagged_and_snapshotted(sandbox: Sandbox, unique_
         with running(dc, flag_channel):  # the same binlog, only flagged
             wait_caught_up(sandbox.source, sandbox.dc, flag_channel)
         flag_rows = dc_rows(sandbox.dc, flag_channel)
-        assert {r[3]: json.loads(r[7]) for r in flag_rows if r[6] == "ALTERTABLE"} == flagged
+        assert {r[3]: json.loads(r[7]) for r in flag_rows if r[6] == "ALTERTABLE" and r[3] != "named"} == flagged
         assert [r for r in flag_rows if r[6].startswith("SNAPSHOT")] == [] and snapshots(sandbox, flag_channel) == []
         stale = folded_rows(sandbox, flag_channel, db, "pt")  # the truncated partition's rows stay in the fold
         assert [row for row in stale if row not in source_rows] == [(i, f"v{i}") for i in range(1, 20)]
