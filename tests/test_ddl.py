@@ -280,10 +280,42 @@ CORPUS: list[tuple[str, str, tuple[str, str, str, dict[str, Any]]]] = [
         "app",
         ("CREATETABLE", "archive", "t_old", {"NEW": describe("app", "t"), "LIKE": ref("app", "t")}),
     ),
-    (
+    (  # a system-versioned table: its period columns (MariaDB's implicit ones) in the images, ROW END in its key
         "CREATE OR REPLACE TABLE t (x INT) WITH SYSTEM VERSIONING",
         "app",
-        ("CREATETABLE", "app", "t", {"NEW": [col("x", "int")]}),
+        ("CREATETABLE", "app", "t", {"NEW": [col("x", "int"), col("row_start", "timestamp(6)", "No"),
+                                             col("row_end", "timestamp(6)", "No")]}),
+    ),
+    (
+        "CREATE TABLE t (id INT PRIMARY KEY, x INT) WITH SYSTEM VERSIONING",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("x", "int"),
+                                             col("row_start", "timestamp(6)", "No"),
+                                             col("row_end", "timestamp(6)", "No", "Yes")],
+                                     "primary_key": ["id", "row_end"]}),
+    ),
+    (
+        "CREATE TABLE t (id INT, x INT WITH SYSTEM VERSIONING, y INT WITHOUT SYSTEM VERSIONING, PRIMARY KEY (id))",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("x", "int"), col("y", "int"),
+                                             col("row_start", "timestamp(6)", "No"),
+                                             col("row_end", "timestamp(6)", "No", "Yes")],
+                                     "primary_key": ["id", "row_end"]}),
+    ),
+    (
+        "CREATE TABLE t (id INT, s BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE, "
+        "e BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE, PERIOD FOR SYSTEM_TIME(s, e), PRIMARY KEY (id)) "
+        "ENGINE=InnoDB WITH SYSTEM VERSIONING",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("s", "bigint unsigned", "No"),
+                                             col("e", "bigint unsigned", "No", "Yes")],
+                                     "primary_key": ["id", "e"]}),
+    ),
+    (
+        "CREATE TABLE t (id INT PRIMARY KEY, x INT WITHOUT SYSTEM VERSIONING)",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("x", "int")],
+                                     "primary_key": ["id"]}),
     ),
     # --- odd identifiers, case, comments ---
     (

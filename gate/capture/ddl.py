@@ -73,6 +73,12 @@ def _has_query(c: Cursor) -> bool:
     return False
 
 
+def _versioned(options: list[Tok]) -> bool:
+    """Whether a CREATE TABLE's table options hold WITH SYSTEM VERSIONING."""
+    words = [word(tok) for tok in options]
+    return any(words[i:i + 3] == ["WITH", "SYSTEM", "VERSIONING"] for i in range(len(words)))
+
+
 def _create_table(cur: Cursor) -> DdlChange:
     """``... [IF NOT EXISTS] t {LIKE s | (LIKE s) | (definitions) [options] [[AS] query] | [AS] query}``."""
     ctx = cur.ctx
@@ -86,10 +92,11 @@ def _create_table(cur: Cursor) -> DdlChange:
         new = ctx.describe(like_db, like_table) if ctx.describe else []
         like = {"NEW": new, "LIKE": _table_ref(like_db, like_table), "SQL": ctx.statement}
         return DdlChange("CREATETABLE", db, table, like)
-    query = starts_query(body_toks) or _has_query(cur)
+    options = cur.rest()
+    query = starts_query(body_toks) or _has_query(cur.sub(options))
     if not body_toks and not query:
         raise NotModelled  # a table needs columns
-    columns, key = ([], []) if starts_query(body_toks) else table_columns(body)
+    columns, key = ([], []) if starts_query(body_toks) else table_columns(body, _versioned(options))
     data: dict[str, Any] = {"NEW": columns, "primary_key": key} if key else {"NEW": columns}
     data["SQL"] = ctx.statement
     if query:
