@@ -460,3 +460,14 @@ def test_ids_are_gap_free_and_none_lies_above_the_checkpoint(server: str, matrix
     assert tids == sorted(tids)
     assert matrix.checkpoints[channel.name] == (ids[-1], tids[-1])
 
+
+
+def test_create_table_select_is_one_transaction(matrix: Matrix) -> None:
+    """The binlog holds CREATE TABLE ... SELECT as one transaction (a GTID, the CREATE TABLE, the rows, the commit):
+    one tid in the DC, and no boundary between the table and its rows where a checkpoint, whose GTID position
+    would call the transaction complete, could stop."""
+    rows = matrix.rows[matrix.channels["source"].name]
+    tids = {table: {tid for _i, tid, db, name, _c, _n, optype, _d in rows
+                    if (db, name) == ("matrix_ctas", table) and optype in ("CREATETABLE", "INSERT")}
+            for table in ("c1", "c2", "c3")}
+    assert {table: len(found) for table, found in tids.items()} == {"c1": 1, "c2": 1, "c3": 1}
