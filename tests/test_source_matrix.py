@@ -21,12 +21,15 @@ from typing import Any
 
 import pymysql
 import pytest
+from click.testing import Result
 
+from gate.admin.preflight import Problem, check_server
 from gate.capture.libshim import fix_library_charsets
-from gate.devtools.sandbox import SOURCE_ARGS, MariaDBServer, Sandbox, free_port
+from gate.devtools.sandbox import REPL_PASSWORD, REPL_USER, SOURCE_ARGS, MariaDBServer, Sandbox, free_port
 from gate.devtools.synthetic import ImageModel
 from tests.replay import dc_rows, make_channel, running, wait_caught_up
 
+Gate = Callable[..., Result]
 DB = "matrix"  # the databases of the cases are matrix_CASE
 Sql = Callable[..., list[tuple[Any, ...]]]  # sql(*statements): on a new connection to the case's database; the
 # last statement's rows
@@ -471,3 +474,27 @@ def test_create_table_select_is_one_transaction(matrix: Matrix) -> None:
                     if (db, name) == ("matrix_ctas", table) and optype in ("CREATETABLE", "INSERT")}
             for table in ("c1", "c2", "c3")}
     assert {table: len(found) for table, found in tids.items()} == {"c1": 1, "c2": 1, "c3": 1}
+
+
+def test_a_replica_source_without_log_slave_updates_is_refused(sandbox: Sandbox, tmp_path: Path, gate: Gate) -> None:
+    """A source that replicates from another server without log_slave_updates binlogs none of what it replicates:
+    gate would never see those changes, so the checks refuse it, naming the upstream (and the fix)."""
+    replica = MariaDBServer("replica", tmp_path / "replica", free_port(), 42,
+                            (*SOURCE_ARGS, "--skip-log-slave-updates"), tied_to_parent=True)
+    replica.start()
+    try:
+        sql_on(replica, None)(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={sandbox.source.port}, "
+                              f"MASTER_USER='{REPL_USER}', MASTER_PASSWORD='{REPL_PASSWORD}', MASTER_USE_GTID=slave_pos")
+        upstream = sandbox.source.address
+        assert check_server(replica.config(), 4242) == [Problem(
+            "log_slave_updates", f"OFF on a source that replicates from {upstream}",
+            "ON (without it, the changes it replicates are not in its binlog and would never reach gate)",
+            "add 'log_slave_updates = ON' under [mysqld] in my.cnf and restart the server, or capture its "
+            "upstream instead.")]
+        created = gate("channel", "create", "matrix_refused", "--source", replica.address, "--server-id", "7399")
+        assert created.exit_code == 1
+        assert f"log_slave_updates is OFF on a source that replicates from {upstream}" in created.stderr
+        sql_on(replica, None)("RESET SLAVE ALL")
+        assert check_server(replica.config(), 4242) == []  # not a replica: what it binlogs is all it changes
+    finally:
+        replica.stop()
