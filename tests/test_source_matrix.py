@@ -498,3 +498,11 @@ def test_a_replica_source_without_log_slave_updates_is_refused(sandbox: Sandbox,
         assert check_server(replica.config(), 4242) == []  # not a replica: what it binlogs is all it changes
     finally:
         replica.stop()
+
+
+def test_binlog_filters_are_named_by_the_checks(matrix: Matrix) -> None:
+    """binlog_ignore_db (the private source's) is a warning of the checks: what it filters out never reaches gate."""
+    assert check_server(matrix.servers["private"].config(), None) == [Problem(
+        "binlog_ignore_db", f"{DB}_ignored", "empty (every database in the binlog)",
+        "the changes it filters out are not in the binlog, so gate never sees them. Remove binlog_ignore_db from "
+        "my.cnf and restart the server, unless no table the channel captures is ever changed there.", fatal=False)]

@@ -68,7 +68,8 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
                        if role == "standby" and replicates_from is not None else [])
         if role == "source" and found.get("log_slave_updates") != "ON":
             replication = _upstream_problems(cur, account, mariadb)
-    problems = _variable_problems(found, role)
+        filters = _binlog_status(cur)
+    problems = _variable_problems(found, role) + _filter_problems(filters)
     problems += _privilege_problems(granted, account, mariadb)
     if gate_server_id is not None:
         problems += _server_id_problems(int(found["server_id"]), gate_server_id, replicas, account)
@@ -188,6 +189,29 @@ def _variable_problems(found: dict[str, str], role: str) -> list[Problem]:
             "add 'log_slave_updates = ON' under [mysqld] in my.cnf and restart the standby.",
         ))
     return problems
+
+
+def _binlog_status(cur: pymysql.cursors.Cursor) -> dict[str, Any]:
+    """SHOW MASTER STATUS as a dict; empty without binary logging, or for an account without BINLOG MONITOR
+    (a problem of its own)."""
+    try:
+        cur.execute("SHOW MASTER STATUS")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
+            raise
+        return {}
+    row = cur.fetchone()
+    return dict(zip((d[0] for d in cur.description), row)) if row else {}
+
+
+def _filter_problems(status: dict[str, Any]) -> list[Problem]:
+    """binlog_do_db and binlog_ignore_db (SHOW MASTER STATUS): the changes they filter out never reach gate."""
+    return [Problem(
+        setting, str(status[column]), "empty (every database in the binlog)",
+        f"the changes it filters out are not in the binlog, so gate never sees them. Remove {setting} from my.cnf "
+        "and restart the server, unless no table the channel captures is ever changed there.", fatal=False,
+    ) for setting, column in (("binlog_do_db", "Binlog_Do_DB"), ("binlog_ignore_db", "Binlog_Ignore_DB"))
+        if status.get(column)]
 
 
 def _replication_problems(cur: pymysql.cursors.Cursor, source: ServerConfig, account: str,
