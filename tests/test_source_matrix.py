@@ -253,14 +253,16 @@ CASES = [
 ]
 
 # the private source: an encrypted binlog (a key file for file_key_management), gtid_strict_mode, annotate
-# events off (the encrypted case switches them on) and binlog_ignore_db
+# events off (the encrypted case switches them on), binlog_ignore_db, row events of at most 256 bytes (a
+# statement's rows in many events) and binlog files of 4 KiB (rotations all along)
 KEYS = "1;" + "a1" * 32 + "\n"
 
 
 def private_args(key_file: Path) -> tuple[str, ...]:
     return (*SOURCE_ARGS, "--plugin-load-add=file_key_management",
             f"--file-key-management-filename={key_file}", "--encrypt-binlog=ON", "--gtid-strict-mode=ON",
-            "--binlog-annotate-row-events=OFF", f"--binlog-ignore-db={DB}_ignored")
+            "--binlog-annotate-row-events=OFF", f"--binlog-ignore-db={DB}_ignored",
+            "--binlog-row-event-max-size=256", "--max-binlog-size=4096")
 
 
 def sql_on(server: MariaDBServer, db: str | None) -> Sql:
@@ -462,6 +464,8 @@ def test_ids_are_gap_free_and_none_lies_above_the_checkpoint(server: str, matrix
     assert ids == list(range(1, len(ids) + 1)) and len(ids) > 100
     assert tids == sorted(tids)
     assert matrix.checkpoints[channel.name] == (ids[-1], tids[-1])
+    if server == "private":  # binlog files of 4 KiB: the channel read across rotations
+        assert len(sql_on(channel.source, None)("SHOW BINARY LOGS")) >= 5  # 2 of them by FLUSH BINARY LOGS
 
 
 
