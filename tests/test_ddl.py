@@ -280,10 +280,42 @@ CORPUS: list[tuple[str, str, tuple[str, str, str, dict[str, Any]]]] = [
         "app",
         ("CREATETABLE", "archive", "t_old", {"NEW": describe("app", "t"), "LIKE": ref("app", "t")}),
     ),
-    (
+    (  # a system-versioned table: its period columns (MariaDB's implicit ones) in the images, ROW END in its key
         "CREATE OR REPLACE TABLE t (x INT) WITH SYSTEM VERSIONING",
         "app",
-        ("CREATETABLE", "app", "t", {"NEW": [col("x", "int")]}),
+        ("CREATETABLE", "app", "t", {"NEW": [col("x", "int"), col("row_start", "timestamp(6)", "No"),
+                                             col("row_end", "timestamp(6)", "No")]}),
+    ),
+    (
+        "CREATE TABLE t (id INT PRIMARY KEY, x INT) WITH SYSTEM VERSIONING",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("x", "int"),
+                                             col("row_start", "timestamp(6)", "No"),
+                                             col("row_end", "timestamp(6)", "No", "Yes")],
+                                     "primary_key": ["id", "row_end"]}),
+    ),
+    (
+        "CREATE TABLE t (id INT, x INT WITH SYSTEM VERSIONING, y INT WITHOUT SYSTEM VERSIONING, PRIMARY KEY (id))",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("x", "int"), col("y", "int"),
+                                             col("row_start", "timestamp(6)", "No"),
+                                             col("row_end", "timestamp(6)", "No", "Yes")],
+                                     "primary_key": ["id", "row_end"]}),
+    ),
+    (
+        "CREATE TABLE t (id INT, s BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE, "
+        "e BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE, PERIOD FOR SYSTEM_TIME(s, e), PRIMARY KEY (id)) "
+        "ENGINE=InnoDB WITH SYSTEM VERSIONING",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("s", "bigint unsigned", "No"),
+                                             col("e", "bigint unsigned", "No", "Yes")],
+                                     "primary_key": ["id", "e"]}),
+    ),
+    (
+        "CREATE TABLE t (id INT PRIMARY KEY, x INT WITHOUT SYSTEM VERSIONING)",
+        "app",
+        ("CREATETABLE", "app", "t", {"NEW": [col("id", "int", "No", "Yes"), col("x", "int")],
+                                     "primary_key": ["id"]}),
     ),
     # --- odd identifiers, case, comments ---
     (
@@ -773,6 +805,8 @@ UNLOGGED = [  # (statement, [(db, table, by)] of ROWS_WITHOUT_EVENTS; [] when th
     ("ALTER IGNORE TABLE u ADD COLUMN c INT NOT NULL DEFAULT 0 UNIQUE", [("app", "u", "ALTER IGNORE TABLE")]),
     ("ALTER TABLE pt TRUNCATE PARTITION p0, DROP PARTITION p1", [("app", "pt", "TRUNCATE PARTITION")]),
     ("ALTER TABLE pt EXCHANGE PARTITION p2", [("app", "pt", "EXCHANGE PARTITION p2")]),  # unreadable: flagged
+    ("ALTER TABLE al ADD SYSTEM VERSIONING", [("app", "al", "ADD SYSTEM VERSIONING")]),
+    ("ALTER TABLE al DROP SYSTEM VERSIONING, ADD COLUMN c INT", [("app", "al", "DROP SYSTEM VERSIONING")]),
     # the rows stay: repartitioning, merging and splitting partitions, a unique key without IGNORE, ...
     ("ALTER TABLE pt REORGANIZE PARTITION p3 INTO (PARTITION p3 VALUES LESS THAN (40), PARTITION p4 VALUES "
      "LESS THAN MAXVALUE)", []),

@@ -4,6 +4,7 @@ and its examples run (or, for commands that need servers, parse against the real
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -236,3 +237,42 @@ def test_the_settings_table_takes_types_defaults_and_ranges_from_the_code() -> N
 def test_an_unknown_generated_part_fails_the_build() -> None:
     with pytest.raises(gen_tables.DocsDrift, match="unknown generated part 'nothing'"):
         gen_tables.expand("<!-- generated: nothing -->")
+
+
+# --- the settings table of the DBA's guide --------------------------------------------------------
+
+SETTINGS_SECTION = (DOCS / "dba" / "sources.md").read_text().split("## What the binlog holds")[1]
+SETTINGS_ROWS = [[cell.strip() for cell in line.strip("|").split(" | ")]
+                 for line in SETTINGS_SECTION.splitlines() if line.startswith("| ")][1:]
+CITED = [(row[0], name) for row in SETTINGS_ROWS for name in re.findall(r"`(tests/[^`]+)`", row[3])]
+
+
+def test_every_row_of_the_settings_table_says_what_gate_does_and_names_a_test() -> None:
+    assert len(SETTINGS_ROWS) >= 30 and all(len(row) == 4 for row in SETTINGS_ROWS)
+    assert [row[0] for row in SETTINGS_ROWS if not re.match(r"(captured|refused|caveat)\b", row[2])] == []
+    assert [row[0] for row in SETTINGS_ROWS if not re.findall(r"`tests/[^`]+`", row[3])] == []
+
+
+def test_every_case_of_the_source_matrix_is_in_the_settings_table() -> None:
+    from tests.test_source_matrix import CASES
+    cited = {name for _, name in CITED}
+    assert [case.name for case in CASES if f"tests/test_source_matrix.py::test_captured[{case.name}]" not in cited] == []
+
+
+def _test_exists(name: str) -> bool:
+    """Whether ``tests/FILE.py::test_x`` or ``...::test_x[id]`` names a test function of that file (for an id:
+    one that appears there as a string, the parameter or pytest id it stands for)."""
+    path, _, test = name.partition("::")
+    function, _, param = test.partition("[")
+    file = ROOT / path
+    if not file.is_file():
+        return False
+    source = file.read_text()
+    tree = ast.parse(source)
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    return function in defined and (not param or f'"{param.rstrip("]")}"' in source)
+
+
+@pytest.mark.parametrize("row,name", CITED, ids=[name for _, name in CITED])
+def test_every_test_the_settings_table_names_exists(row: str, name: str) -> None:
+    assert _test_exists(name), f"the row {row!r} names {name}, which is no test of tests/"

@@ -1,10 +1,10 @@
 """Preflight: is a server set up so that gate can capture its changes row by row?
 
-Checked on the source (and on a standby, which also needs log_slave_updates): binary logging on, ROW
-format, FULL row image and row metadata, the replication privileges of gate's user, and that gate's
-server_id clashes neither with the server's own nor with another connected replica's. A standby
-must also replicate from the channel's source. Every problem names the setting and the statement or
-my.cnf line that fixes it.
+Checked on the source (and on a standby, which also needs log_slave_updates, as does a source that is
+itself a replica): binary logging on, ROW format, FULL row image and row metadata, the replication
+privileges of gate's user, and that gate's server_id clashes neither with the server's own nor with
+another connected replica's. A standby must also replicate from the channel's source. Every problem
+names the setting and the statement or my.cnf line that fixes it.
 """
 
 from __future__ import annotations
@@ -67,8 +67,11 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
         mariadb = "MariaDB" in found.get("version", "")
         replication = (_replication_problems(cur, replicates_from, account, mariadb)
                        if role == "standby" and replicates_from is not None else [])
+        if role == "source" and found.get("log_slave_updates") != "ON":
+            replication = _upstream_problems(cur, account, mariadb)
+        filters = _binlog_status(cur)
     problems = _server_problems(found, role, server.address)
-    problems += _variable_problems(found, role)
+    problems += _variable_problems(found, role) + _filter_problems(filters)
     problems += _privilege_problems(granted, account, mariadb)
     if gate_server_id is not None:
         problems += _server_id_problems(int(found["server_id"]), gate_server_id, replicas, account)
@@ -203,6 +206,29 @@ def _variable_problems(found: dict[str, str], role: str) -> list[Problem]:
     return problems
 
 
+def _binlog_status(cur: pymysql.cursors.Cursor) -> dict[str, Any]:
+    """SHOW MASTER STATUS as a dict; empty without binary logging, or for an account without BINLOG MONITOR
+    (a problem of its own)."""
+    try:
+        cur.execute("SHOW MASTER STATUS")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
+            raise
+        return {}
+    row = cur.fetchone()
+    return dict(zip((d[0] for d in cur.description), row)) if row else {}
+
+
+def _filter_problems(status: dict[str, Any]) -> list[Problem]:
+    """binlog_do_db and binlog_ignore_db (SHOW MASTER STATUS): the changes they filter out never reach gate."""
+    return [Problem(
+        setting, str(status[column]), "empty (every database in the binlog)",
+        f"the changes it filters out are not in the binlog, so gate never sees them. Remove {setting} from my.cnf "
+        "and restart the server, unless no table the channel captures is ever changed there.", fatal=False,
+    ) for setting, column in (("binlog_do_db", "Binlog_Do_DB"), ("binlog_ignore_db", "Binlog_Ignore_DB"))
+        if status.get(column)]
+
+
 def _replication_problems(cur: pymysql.cursors.Cursor, source: ServerConfig, account: str,
                           mariadb: bool) -> list[Problem]:
     """A standby replicates from the channel's source (SHOW SLAVE STATUS), with both threads running."""
@@ -237,6 +263,32 @@ def _replication_problems(cur: pymysql.cursors.Cursor, source: ServerConfig, acc
             "stopped). Until it replicates, a switch would miss the source's newest changes.", fatal=False,
         )]
     return []
+
+
+def _upstream_problems(cur: pymysql.cursors.Cursor, account: str, mariadb: bool) -> list[Problem]:
+    """A source without log_slave_updates must not be a replica: what it replicates is not in its binlog."""
+    try:
+        cur.execute("SHOW ALL SLAVES STATUS" if mariadb else "SHOW SLAVE STATUS")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
+            raise
+        monitor = "SLAVE MONITOR" if mariadb else "REPLICATION CLIENT"
+        return [Problem(
+            "SHOW SLAVE STATUS", f"denied to {account}", "it to see whether the source is itself a replica",
+            f"GRANT {monitor} ON *.* TO {account}; or make sure yourself that the source replicates from no "
+            "server, or has log_slave_updates ON.", fatal=False,
+        )]
+    columns = [d[0] for d in cur.description]
+    upstreams = [f"{status['Master_Host']}:{status['Master_Port']}"
+                 for status in (dict(zip(columns, row)) for row in cur.fetchall())]
+    if not upstreams:
+        return []
+    return [Problem(
+        "log_slave_updates", f"OFF on a source that replicates from {', '.join(upstreams)}",
+        "ON (without it, the changes it replicates are not in its binlog and would never reach gate)",
+        "add 'log_slave_updates = ON' under [mysqld] in my.cnf and restart the server, or capture its "
+        "upstream instead.",
+    )]
 
 
 def _same_server(host: str, port: int, server: ServerConfig) -> bool:

@@ -75,6 +75,12 @@ def _has_query(c: Cursor) -> bool:
     return False
 
 
+def _versioned(options: list[Tok]) -> bool:
+    """Whether a CREATE TABLE's table options hold WITH SYSTEM VERSIONING."""
+    words = [word(tok) for tok in options]
+    return any(words[i:i + 3] == ["WITH", "SYSTEM", "VERSIONING"] for i in range(len(words)))
+
+
 def _create_table(cur: Cursor) -> DdlChange:
     """``... [IF NOT EXISTS] t {LIKE s | (LIKE s) | (definitions) [options] [[AS] query] | [AS] query}``."""
     ctx = cur.ctx
@@ -88,10 +94,11 @@ def _create_table(cur: Cursor) -> DdlChange:
         new = ctx.describe(like_db, like_table) if ctx.describe else []
         like = {"NEW": new, "LIKE": _table_ref(like_db, like_table), "SQL": ctx.statement}
         return DdlChange("CREATETABLE", db, table, like)
-    query = starts_query(body_toks) or _has_query(cur)
+    options = cur.rest()
+    query = starts_query(body_toks) or _has_query(cur.sub(options))
     if not body_toks and not query:
         raise NotModelled  # a table needs columns
-    columns, key = ([], []) if starts_query(body_toks) else table_columns(body)
+    columns, key = ([], []) if starts_query(body_toks) else table_columns(body, _versioned(options))
     data: dict[str, Any] = {"NEW": columns, "primary_key": key} if key else {"NEW": columns}
     data["SQL"] = ctx.statement
     if query:
@@ -113,7 +120,8 @@ UNLOGGED = "ROWS_WITHOUT_EVENTS"  # the payload key naming the tables a statemen
 def _unlogged(c: Cursor, ref: dict[str, str], ignore: bool) -> list[dict[str, str]]:
     """The tables whose rows an ALTER TABLE clause changes without row events (MariaDB logs only the statement),
     each with the clause's kind under ``by``: rows a partition clause removes, moves in or out, a tablespace
-    discarded or imported, duplicates that ``ALTER IGNORE`` drops for a new unique key."""
+    discarded or imported, duplicates that ``ALTER IGNORE`` drops for a new unique key, the period columns
+    (and, dropped, the history rows) of ``ADD``/``DROP SYSTEM VERSIONING``."""
     words = [word(tok) for tok in c.toks]
     head = " ".join(words[:2])
     if head in ("TRUNCATE PARTITION", "DROP PARTITION"):
@@ -125,6 +133,8 @@ def _unlogged(c: Cursor, ref: dict[str, str], ignore: bool) -> list[dict[str, st
         return [ref | {"by": head}, _table_ref(*c.table()) | {"by": head}]
     if head == "CONVERT TABLE":  # the table's rows move into a new partition; the table itself is gone
         return [ref | {"by": "CONVERT TABLE TO PARTITION"}]
+    if words[:3] in (["ADD", "SYSTEM", "VERSIONING"], ["DROP", "SYSTEM", "VERSIONING"]):  # every row gains (loses)
+        return [ref | {"by": f"{words[0]} SYSTEM VERSIONING"}]  # the period columns; DROP removes the history rows
     if words[0] in ("DISCARD", "IMPORT") and "TABLESPACE" in words:
         return [ref | {"by": f"{words[0]} TABLESPACE"}]
     if ignore and words[0] in ("ADD", "MODIFY", "CHANGE") and {"UNIQUE", "PRIMARY"} & set(words):

@@ -28,6 +28,8 @@ class Column:
     data_type: str
     not_null: bool
     primary: bool
+    period: str = ""  # "START" or "END" for a system-versioned table's GENERATED ALWAYS AS ROW START/END column
+    versioned: bool = False  # WITH SYSTEM VERSIONING as a column attribute: the table is versioned
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,9 @@ def column_definition(c: Cursor) -> Column:
     attributes = f" {' '.join(words)} "
     not_null = " NOT NULL " in attributes or " SERIAL DEFAULT VALUE " in attributes or data_type == "serial"
     primary = any(word == "KEY" and before != "UNIQUE" for before, word in zip([""] + words, words))
-    return Column(name, data_type, not_null, primary)
+    period = "START" if " AS ROW START " in attributes else "END" if " AS ROW END " in attributes else ""
+    return Column(name, data_type, not_null or bool(period), primary, period,
+                  " WITH SYSTEM VERSIONING " in attributes)
 
 
 def key_columns(c: Cursor) -> list[str | None]:
@@ -104,8 +108,18 @@ def read_definition(c: Cursor) -> Column | Index | None:
 
 
 
-def table_columns(body: Cursor) -> tuple[list[dict[str, str]], list[str]]:
-    """The CREATETABLE column dicts of a CREATE TABLE body and its primary key's columns in key order."""
+_IMPLICIT_PERIOD = (Column("row_start", "timestamp(6)", True, False, "START"),
+                    Column("row_end", "timestamp(6)", True, False, "END"))
+"""The period columns MariaDB adds to a system-versioned table that does not name its own."""
+
+
+def table_columns(body: Cursor, versioned: bool = False) -> tuple[list[dict[str, str]], list[str]]:
+    """The CREATETABLE column dicts of a CREATE TABLE body and its primary key's columns in key order.
+
+    A system-versioned table (``versioned``: WITH SYSTEM VERSIONING among the table options; or a column's)
+    has its period columns (MariaDB's implicit ``row_start`` and ``row_end`` when it names none), every one
+    in the row images, and its key ends with the ROW END column: a row's history rows share its other key
+    columns, so without it the key would not name one row."""
     columns: list[Column] = []
     key: list[str] = []
     for item in split_items(body.rest()):
@@ -116,6 +130,12 @@ def table_columns(body: Cursor) -> tuple[list[dict[str, str]], list[str]]:
                 key = [definition.name]
         elif isinstance(definition, Index) and definition.name == "PRIMARY":
             key = definition.columns
+    if versioned or any(column.versioned for column in columns):
+        if not any(column.period for column in columns):
+            columns += _IMPLICIT_PERIOD
+        end = next(column.name for column in columns if column.period == "END")
+        if key and end.casefold() not in {name.casefold() for name in key}:
+            key = [*key, end]
     names = {column.name.casefold(): column.name for column in columns}
     key = [names.get(name.casefold(), name) for name in key]  # as the column definition spells it
     primary = {name.casefold() for name in key}

@@ -113,7 +113,7 @@ _OTHER_NAMES = {
 }
 _TXN_CONTROL = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA END")
 _XA_STATEMENT = re.compile(r"XA\s+(START|BEGIN|COMMIT|ROLLBACK)\s+X'([0-9A-Fa-f]*)',X'([0-9A-Fa-f]*)',(\d+)\s*$", re.I)
-_FL_GROUP_COMMIT_ID, _FL_PREPARED_XA = 0x02, 0x40  # MariaDB GTID event flags
+_FL_STANDALONE, _FL_GROUP_COMMIT_ID, _FL_PREPARED_XA = 0x01, 0x02, 0x40  # MariaDB GTID event flags
 
 
 @dataclass(frozen=True)
@@ -353,6 +353,7 @@ class BinlogReader:
 
     def _items(self, stream: OwnedStream) -> Iterator[Item]:
         in_txn = False
+        standalone = True  # the open transaction is one statement without a commit event (a MariaDB GTID says so)
         for event in stream:
             kind = type(event)
             if kind in ROW_EVENTS:
@@ -373,6 +374,7 @@ class BinlogReader:
                 else:  # MySQL: gate keeps the last GTID; its gtid_executed set is the server's business
                     self._gtids = {"": event.gtid}
                 in_txn = True
+                standalone = kind is GtidEvent or bool(event.flags & _FL_STANDALONE)
                 prepared = _prepared_xid(event) if kind is MariadbGtidEvent else None
                 yield Begin(event.timestamp, event.packet.server_id, event.gtid, prepared)
             elif kind is QueryEvent:
@@ -396,12 +398,14 @@ class BinlogReader:
                         in_txn = False
                         yield self._commit(stream, event.timestamp, (action, xid))
                 else:
+                    ends = not in_txn or standalone  # else its transaction goes on: CREATE TABLE ... SELECT's rows
                     if not in_txn:
                         yield Begin(event.timestamp, event.packet.server_id, None)
                     schema = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or "")
                     yield Statement(schema, sql, event.timestamp)
-                    in_txn = False
-                    yield self._commit(stream, event.timestamp)
+                    if ends:
+                        in_txn = False
+                        yield self._commit(stream, event.timestamp)
             elif kind is HeartbeatLogEvent:
                 yield Idle()
             if self._stopped and not in_txn:
