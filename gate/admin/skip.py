@@ -1,11 +1,13 @@
 """``gate channel skip``: move a channel past exactly the transaction its last run refused.
 
-A run that meets a transaction it cannot capture (a statement-format change, a partial row image) stops
-with the checkpoint at that transaction's start and records it (:mod:`gate.capture.stopped`). Skipping
-checks that the named transaction is that one and that the channel has not moved since, finds the
-transaction's end in the source's own decoding of its binlog (SHOW BINLOG EVENTS from its start), and in
-one DC transaction writes a SKIPPED row per captured table the refused event changed, moves the
-checkpoint and the resume position past the transaction, and records the skip for ``gate status``.
+A run that meets a transaction it cannot capture (a statement-format change, a partial row image, a table
+map without column names: binlog_row_metadata below FULL) stops with the checkpoint at that transaction's
+start and records it (:mod:`gate.capture.stopped`). Skipping checks that the named transaction is that one
+and that the channel has not moved since, finds the transaction's end in the source's own decoding of its
+binlog (SHOW BINLOG EVENTS from its start, in the next file when a rotation lies before it), and in one DC
+transaction writes a SKIPPED row per captured table the refused event changed, moves the checkpoint and the
+resume position past the transaction, removes what lies above the checkpoint and the stored changes of a
+refused XA PREPARE, and records the skip for ``gate status``.
 """
 
 from __future__ import annotations
