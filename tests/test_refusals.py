@@ -16,6 +16,7 @@ import pytest
 from click.testing import Result
 
 from gate.admin.skip import transaction_end
+from gate.common.config import ChannelDefaults
 from gate.common.errors import SkipRefused
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from tests.replay import (
@@ -61,7 +62,7 @@ def checkpoint(dc: MariaDBServer, channel: str) -> tuple[int, int, str, int]:
 
 def gtid_event_start(source: MariaDBServer, gtid: str) -> tuple[str, int, int]:
     """(file, start, end) of the transaction ``gtid`` in the source's binlog: its Gtid event's position, and
-    the end of its Xid event."""
+    the end of its Xid (or XA PREPARE) event."""
     with source.connect() as conn, conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         files = [row[0] for row in cur.fetchall()]
@@ -70,7 +71,7 @@ def gtid_event_start(source: MariaDBServer, gtid: str) -> tuple[str, int, int]:
             events = cur.fetchall()
             for at, event in enumerate(events):
                 if event[2] == "Gtid" and event[5].split()[-1] == gtid:
-                    end = next(e[4] for e in events[at:] if e[2] == "Xid")
+                    end = next(e[4] for e in events[at:] if e[2] in ("Xid", "XA_prepare"))
                     return file, event[1], end
     raise AssertionError(f"no transaction {gtid} in the source's binlog")
 
@@ -182,3 +183,68 @@ def test_transaction_end_is_the_end_of_its_group_in_the_servers_decoding() -> No
     with pytest.raises(SkipRefused, match=r"^The source's binlog holds Gtid 'BEGIN GTID 0-1-7' where transaction "
                                           r"0-1-6 should start"):
         transaction_end(begin, "0-1-6")
+
+
+# (scenario, what comes before the refused transaction, its statements, what follows it): the refused
+# transactions that wedged a channel. 3 MB of wide rows before the refused event: their first decoder jobs
+# (256 KiB each) are numbered before gate reads it, so with batch_rows 5 chunks of the refused group reach the
+# writers, or gate_xa_pending.
+WIDE = "INSERT INTO a SELECT seq, REPEAT(UUID(), 200) FROM seq_2_to_401"
+WEDGES = [
+    ("larger than batch_rows", [],
+     ["SET SESSION binlog_format = 'MIXED'", "BEGIN", WIDE, "UPDATE a SET v = 'x' WHERE id = 1", "COMMIT"], []),
+    ("first in a binlog file", ["FLUSH BINARY LOGS"],
+     ["SET SESSION binlog_format = 'MIXED'", "UPDATE a SET v = 'x' WHERE id = 1"], []),
+    ("an XA PREPARE", [],
+     ["SET SESSION binlog_format = 'MIXED'", "XA START 'x1'", WIDE, "UPDATE a SET v = 'x' WHERE id = 1",
+      "XA END 'x1'", "XA PREPARE 'x1'", "XA COMMIT 'x1'"], []),
+]
+
+
+@pytest.mark.parametrize(("scenario", "before", "refused", "after"), WEDGES, ids=[w[0] for w in WEDGES])
+def test_a_refused_transaction_never_wedges_the_channel(gate: Gate, sandbox: Sandbox, unique_name: str,
+                                                        tmp_path: Path, scenario: str, before: list[str],
+                                                        refused: list[str], after: list[str]) -> None:
+    """The refused group leaves no row above the checkpoint and none in gate_xa_pending, its end is found in
+    whatever binlog file it lies, and the skip removes rows a crashed run left above the checkpoint."""
+    db = channel = unique_name
+    run_sql(sandbox.source, "", [f"CREATE DATABASE {db}"])
+    make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.*",), server_id=next(_server_ids),
+                 defaults=ChannelDefaults(batch_rows=5))
+    run_sql(sandbox.source, db, ["CREATE TABLE a (id INT PRIMARY KEY, v TEXT)", "INSERT INTO a VALUES (1, 'one')"])
+    run_sql(sandbox.source, "", before)
+    run_sql(sandbox.source, db, refused)
+    run_sql(sandbox.source, db, [*after, "INSERT INTO a VALUES (1000, 'after')"])
+
+    first = start_gate(tmp_path, sandbox.dc, channel)
+    assert first.wait(timeout=60) == 1
+    status = json.loads(gate("--json", "status", channel, "--sample", "0").stdout)
+    name = status["stopped_by"]["transaction"]["name"]
+    assert [(row[0], row[6]) for row in dc_rows(sandbox.dc, channel)] == [(1, "CREATETABLE"), (2, "INSERT")]
+    with sandbox.dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM gate_xa_pending")
+        assert cur.fetchone()[0] == 0 or scenario == "an XA PREPARE"
+        cur.execute("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, "
+                    "data) VALUES (3, 3, 'x', 'y', NOW(), 'z', 'INSERT', '{}')")  # left by a crashed run
+        conn.commit()
+    done = gate("channel", "skip", channel, "--transaction", name)
+    assert done.exit_code == 0, done.stderr
+    file, _start, end = gtid_event_start(sandbox.source, name)
+    assert checkpoint(sandbox.dc, channel) == (3, 3, file, end)
+
+    second = start_gate(tmp_path, sandbox.dc, channel)
+    wait_running(sandbox.dc, channel, second)
+    wait_caught_up(sandbox.source, sandbox.dc, channel)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=60) == 0
+    rows = dc_rows(sandbox.dc, channel)
+    assert [(row[0], row[1], row[6]) for row in rows] == [
+        (1, 1, "CREATETABLE"), (2, 2, "INSERT"), (3, 3, "SKIPPED"), (4, 4, "INSERT")]
+    target = fresh_target(sandbox.dc, db)
+    try:
+        replay(rows, target)
+        assert table_contents(target, db)["a"][1:] == [(1, "one"), (1000, "after")]
+    finally:
+        with target.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        target.close()

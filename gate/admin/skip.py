@@ -1,11 +1,13 @@
 """``gate channel skip``: move a channel past exactly the transaction its last run refused.
 
-A run that meets a transaction it cannot capture (a statement-format change, a partial row image) stops
-with the checkpoint at that transaction's start and records it (:mod:`gate.capture.stopped`). Skipping
-checks that the named transaction is that one and that the channel has not moved since, finds the
-transaction's end in the source's own decoding of its binlog (SHOW BINLOG EVENTS from its start), and in
-one DC transaction writes a SKIPPED row per captured table the refused event changed, moves the
-checkpoint and the resume position past the transaction, and records the skip for ``gate status``.
+A run that meets a transaction it cannot capture (a statement-format change, a partial row image, a table
+map without column names: binlog_row_metadata below FULL) stops with the checkpoint at that transaction's
+start and records it (:mod:`gate.capture.stopped`). Skipping checks that the named transaction is that one
+and that the channel has not moved since, finds the transaction's end in the source's own decoding of its
+binlog (SHOW BINLOG EVENTS from its start, in the next file when a rotation lies before it), and in one DC
+transaction writes a SKIPPED row per captured table the refused event changed, moves the checkpoint and the
+resume position past the transaction, removes what lies above the checkpoint and the stored changes of a
+refused XA PREPARE, and records the skip for ``gate status``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import dropwhile
 from typing import Any
 
 import pymysql
 
+from gate.capture import xa
+from gate.capture.lag import BOOKKEEPING_EVENTS
 from gate.capture.reader import gtid_position_after
 from gate.capture.stopped import STOPPED_KEY, read_stop
 from gate.common import dc
@@ -75,23 +80,32 @@ def transaction_end(events: Iterable[Sequence[Any]], gtid: str | None) -> int | 
     return None
 
 
-def _find_end(source: ServerConfig, log_file: str, log_pos: int, gtid: str | None) -> int:
-    """The end of the transaction at ``log_file``:``log_pos`` in the source's binlog (SHOW BINLOG EVENTS)."""
+def _find_end(source: ServerConfig, log_file: str, log_pos: int, gtid: str | None) -> tuple[str, int]:
+    """The binlog file and end position of the transaction at ``log_file``:``log_pos`` in the source's binlog
+    (SHOW BINLOG EVENTS). A rotation's bookkeeping between that position and the transaction (the end of a
+    binlog file, the start of the next) is stepped over: the reader's position moves only at a commit."""
     with refusals("source", source, f"SHOW BINLOG EVENTS IN '{log_file}' (the end of the transaction to skip)"), \
             dc.connect(source, "source") as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [str(row[0]) for row in cur.fetchall()]
         rows: list[Sequence[Any]] = []
+        read = 0  # the events read from log_file:log_pos
         while True:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s, %s",
-                        (log_file, log_pos, len(rows), _EVENTS_PER_READ))
+            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s, %s", (log_file, log_pos, read, _EVENTS_PER_READ))
             batch = cur.fetchall()
-            rows += batch
+            read += len(batch)
+            rows += batch if rows else list(dropwhile(lambda row: str(row[2]) in BOOKKEEPING_EVENTS, batch))
+            if not rows and len(batch) < _EVENTS_PER_READ and log_file in files[:-1]:
+                log_file, log_pos, read = files[files.index(log_file) + 1], 4, 0  # the file ends before it
+                continue
             end = transaction_end(rows, gtid)
             if end is not None:
-                return end
+                return log_file, end
             if len(batch) < _EVENTS_PER_READ:
                 raise SkipRefused(
-                    f"The source's binlog {log_file} holds no end of the transaction that starts at {log_pos}; "
-                    "gate skips only a whole transaction. Check the binlog with SHOW BINLOG EVENTS.")
+                    f"The source's binlog {log_file} holds no end of the transaction that starts at "
+                    f"{rows[0][1] if rows else log_pos}; gate skips only a whole transaction. Check the binlog "
+                    "with SHOW BINLOG EVENTS.")
 
 
 def skip(dc_server: ServerConfig, name: str, transaction: str) -> Skipped:
@@ -126,17 +140,26 @@ def skip(dc_server: ServerConfig, name: str, transaction: str) -> Skipped:
                 f"({start[0]}:{start[1]} on {settings.source.address}) but at {state.describe()} on "
                 f"{state.instance_name}: its position was moved since gate stopped, so the skip is not made. Run "
                 f"'gate run {name}': it stops again at any transaction it refuses.")
+        if refused["log_file"] is None:
+            raise SkipRefused(
+                f"Channel '{name}' stopped at transaction {transaction} with a GTID position alone (set by 'gate "
+                "channel set-position --gtid'), and a skip needs the binlog file position of its start. Run "
+                f"'gate channel set-position {name} --file FILE --pos POS' with the position of its Gtid event "
+                "(SHOW BINLOG EVENTS on the source), then 'gate run "
+                f"{name}': it stops at the transaction again, and 'gate channel skip' can move past it then.")
         end = _find_end(settings.source, str(refused["log_file"]), int(refused["log_pos"]), refused["gtid"])
         return _write(conn, name, settings.source.address, state, refused, end)
 
 
 def _write(conn: pymysql.Connection, name: str, instance: str, state: ResumeState, refused: dict[str, Any],
-           end: int) -> Skipped:
-    """The SKIPPED rows, the checkpoint and resume position past the transaction, the skip's record and the
-    stop record's removal, in one DC transaction."""
+           end: tuple[str, int]) -> Skipped:
+    """The SKIPPED rows, the checkpoint and resume position past the transaction (``end``: FILE, POS), the
+    skip's record and the stop record's removal, in one DC transaction. Rows above the checkpoint (a run that
+    ended without cleaning up) and the stored changes of a skipped XA PREPARE go in it too: its XA COMMIT then
+    numbers nothing."""
     tables = [tuple(table) for table in refused["tables"]] or [("", "")]
     start = f"{refused['log_file']}:{refused['log_pos']}"
-    to = f"{refused['log_file']}:{end}"
+    to = f"{end[0]}:{end[1]}"
     payload = {"SKIPPED": {"transaction": refused["name"], "gtid": refused["gtid"], "from": start, "to": to,
                            "tables": [{"dbname": db, "tablename": table} for db, table in tables if table],
                            "error": refused["error"], "reason": refused["reason"]}}
@@ -145,12 +168,16 @@ def _write(conn: pymysql.Connection, name: str, instance: str, state: ResumeStat
     ids = [state.id + n for n in range(1, len(tables) + 1)]
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(int(refused["timestamp"])))
     gtid_pos = gtid_position_after(state.gtid_pos, refused["gtid"]) if refused["gtid"] else state.gtid_pos
-    moved = state.moved(id=ids[-1], tid=tid, log_pos=end, gtid_pos=gtid_pos, event_time=int(refused["timestamp"]))
+    moved = state.moved(id=ids[-1], tid=tid, log_file=end[0], log_pos=end[1], gtid_pos=gtid_pos,
+                        event_time=int(refused["timestamp"]))
     skipped = Skipped(refused["name"], start, to, ids, [f"{db}.{table}" for db, table in tables if table],
                       refused["error"], time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
     conn.begin()
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
+        dc.remove_above_checkpoint(cur, name, state.id)
+        if refused.get("xid"):
+            xa.forget(cur, name, [refused["xid"]])
         cur.executemany(f"INSERT INTO {q(name)}.transfer_data (id, tid, dbname, tablename, create_time, "
                         "instance_name, optype, data) VALUES (%s, %s, %s, %s, %s, %s, 'SKIPPED', %s)",
                         [(row_id, tid, db, table, created, instance, data) for row_id, (db, table) in zip(ids, tables)])

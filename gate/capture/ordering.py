@@ -343,7 +343,7 @@ class Ordering:
                     break  # the last batch: no read that finds nothing (only gate writes the table)
             if not seq:
                 log.info("XA COMMIT %s: no stored changes (its tables are filtered out, or its XA PREPARE lies "
-                         "before the channel's start position)", xid)
+                         "before the channel's start position, or 'gate channel skip' skipped it)", xid)
         self._resolved.append(xid)
 
     def _send(self) -> None:

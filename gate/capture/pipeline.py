@@ -483,6 +483,7 @@ class Pipeline:
             abandoned = True  # a second signal while a chunk waited for a writer: _finish says so
         except TransactionRefused as exc:
             refused, clean = exc, True  # what was complete before it lands and is checkpointed first
+            partial = exc.transaction is not None  # refused inside its transaction: chunks of it may be written
             raise
         finally:
             if sampler is not None:
@@ -493,10 +494,10 @@ class Pipeline:
                 self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
             finally:
                 watch.stop()
+            if partial:
+                self._remove_partial(checkpointer.state)
             if refused is not None:
                 self._stopped_at(refused, checkpointer.state)
-        if partial:
-            self._remove_partial(checkpointer.state)
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int,
@@ -589,7 +590,7 @@ class Pipeline:
                 at = reader.boundary  # the end of the transaction before it
                 refused.transaction = refused_transaction(begin.gtid, at.log_file, at.log_pos, at.gtid_pos,
                                                           begin.timestamp, refused.tables, type(refused).__name__,
-                                                          str(refused))
+                                                          str(refused), xid=begin.xid)
             engine.abandon()
             ordering.drain(whole_transactions=True)
             raise
@@ -598,9 +599,9 @@ class Pipeline:
         return open_txn
 
     def _remove_partial(self, state: ResumeState) -> None:
-        """A stop inside a transaction: its rows the writers have already committed lie above the stored
-        checkpoint. They go now, so that a clean stop leaves nothing above it (the next run reads the
-        transaction again from the checkpoint's boundary)."""
+        """A stop inside a transaction (a stop signal, or a transaction refused): its rows the writers have
+        already committed lie above the stored checkpoint. They go now, so that a clean stop leaves nothing
+        above it (the next run reads the transaction again from the checkpoint's boundary)."""
 
         def remove(conn: pymysql.Connection) -> int:
             with conn.cursor() as cur:

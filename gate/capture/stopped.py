@@ -56,10 +56,12 @@ def read_stop(cur: pymysql.cursors.Cursor, channel: str) -> StopRecord | None:
 
 
 def refused_transaction(gtid: str | None, log_file: str | None, log_pos: int | None, gtid_pos: str | None,
-                        timestamp: int, tables: list[tuple[str, str]], error: str, reason: str) -> dict[str, Any]:
+                        timestamp: int, tables: list[tuple[str, str]], error: str, reason: str,
+                        xid: str | None = None) -> dict[str, Any]:
     """A refused transaction as the stop record keeps it: ``name`` (its GTID, else its start ``FILE:POS``,
     what ``gate channel skip --transaction`` takes), its start position (the checkpoint's), its source time,
-    the captured tables the refused event changes, and the error and its reason."""
+    the captured tables the refused event changes, the error and its reason, and ``xid`` when it is the
+    first phase of an XA transaction (ended by XA PREPARE: a skip forgets its stored changes)."""
     return {"name": gtid or f"{log_file}:{log_pos}", "gtid": gtid, "log_file": log_file, "log_pos": log_pos,
             "gtid_pos": gtid_pos, "timestamp": timestamp, "tables": [list(table) for table in tables],
-            "error": error, "reason": reason}
+            "error": error, "reason": reason, "xid": xid}

@@ -378,7 +378,8 @@ def skip(app: App, name: str, transaction: str) -> None:
 
     gate stops at a transaction that changes a captured table in a form it cannot capture (a statement
     logged by a session with binlog_format STATEMENT or MIXED, a partial row image of a session with
-    binlog_row_image MINIMAL or NOBLOB), with everything before it written and checkpointed; its error
+    binlog_row_image MINIMAL or NOBLOB, a table map without column names, logged with binlog_row_metadata
+    below FULL), with everything before it written and checkpointed; its error
     and 'gate status' name the transaction. This command checks that TRANSACTION is that one and that
     the channel still resumes at its start, finds its end in the source's binlog (SHOW BINLOG EVENTS),
     and in one DC transaction writes a SKIPPED row per table the refused change names (their own tid)
