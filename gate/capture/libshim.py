@@ -12,11 +12,12 @@ gate touches the library's private names. What gate relies on, and why:
   14-byte length for 15 bytes of payload, and MariaDB drops the connection; :class:`OwnedStream`
   sends a correct one.
 - ``_stream_connection._read_packet``: wrapped by :class:`OwnedStream` once it has connected, to see
-  every event's header before the library filters it (the library drops the types it has no parser for,
+  every event's type before the library filters it (the library drops the types it has no parser for,
   and those outside ``only_events``, without a trace), so gate can refuse the types it does not handle
-  (``admit``), and to hand the library MariaDB's compressed events (``log_bin_compress``) as the
-  uncompressed events they stand for (:mod:`gate.capture.compressed`), which it can parse. The
-  library reads ``__use_checksum`` and ``__post_header_lengths`` for that too.
+  (``admit`` sees their header; the handled types pass at once), and to hand the library MariaDB's
+  compressed events (``log_bin_compress``) as the uncompressed events they stand for
+  (:mod:`gate.capture.compressed`), which it can parse. The library reads ``__use_checksum`` and
+  ``__post_header_lengths`` for that too.
 - ``BinLogStreamReader._BinLogStreamReader__checksum_enabled`` and ``__use_checksum``: the library asks
   the server's binlog_checksum once, at connect, and strips (or not) the 4 trailing bytes of every event
   by that answer, while the server writes each binlog file with the checksum setting it had when the file

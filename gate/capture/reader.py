@@ -9,8 +9,10 @@ dump packet (a 14-byte length header on 15 bytes of payload made the server drop
 
 It reads only the event types of :data:`EVENT_TYPES`: any other type stops gate with
 :class:`~gate.common.errors.UnhandledEvent` before the stream moves past it (the library would drop it
-silently), so the checkpoint stays before it and a restart stops at the same event. MariaDB's
-compressed events (``log_bin_compress``) arrive inflated into the events they compress.
+silently). It is a refused transaction: the pipeline writes and checkpoints everything before it, and
+``gate channel skip`` passes exactly its transaction; between transactions, its message names the
+set-position that passes the event alone. MariaDB's compressed events (``log_bin_compress``) arrive
+inflated into the events they compress.
 """
 
 from __future__ import annotations
