@@ -17,9 +17,8 @@ import pytest
 
 from gate.capture.compressed import CompressedEventError, inflate_event, inflate_record
 from gate.capture.libshim import Ctl, StreamFormat, raw_packet, rebuild_rows_event
-from gate.capture.reader import BinlogReader, Commit, Position, Rows, current_position
+from gate.capture.reader import EVENT_TYPES, BinlogReader, Commit, Position, Rows, current_position
 from gate.capture.translate import TableFilter, Translator
-from gate.common.dc import connect, read_resume
 from gate.common.errors import UnhandledEvent
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from tests.replay import (
@@ -35,6 +34,7 @@ from tests.replay import (
     wait_stopped,
 )
 from tests.test_failover import FAST, SteadyLoad, _exact, _switches, _wait_switch
+from tests.test_refusals import Gate, checkpoint, gtid_event_start, run_sql
 
 COMPRESSED = ("--log-bin-compress=ON", "--log-bin-compress-min-len=10")
 
@@ -241,50 +241,111 @@ def test_failover_to_a_standby_with_a_compressed_binlog(make_sandbox: Callable[.
     assert json.loads(rows[-1][7])["NEW"][:2] == [{"id": "1000000"}, {"name": "after the switch, a long enough row"}]
 
 
-def test_an_event_type_gate_does_not_read_stops_it_before_the_checkpoint_passes(
-        sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
-    """A session logs LOAD DATA as a statement: Begin_load_query and Execute_load_query, which gate does not
-    read (the library drops them silently). gate stops at the first, keeps its checkpoint before it, and
-    stops there again when restarted; nothing after it lands."""
-    db = f"src_{unique_name}"
-    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
+def test_an_event_type_gate_does_not_read_refuses_its_transaction_and_skip_passes_exactly_it(
+        gate: Gate, sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    """A session logs LOAD DATA as a statement: Begin_load_query and Execute_load_query, which gate does not read
+    (the library drops them silently). Read right after complete transactions still in flight, gate writes and
+    checkpoints them, stops at the LOAD DATA transaction's start (again when restarted), and 'gate channel skip'
+    passes exactly it: the fold is the source but for the loaded rows."""
+    db, channel = f"src_{unique_name}", unique_name
+    run_sql(sandbox.source, "", [f"CREATE DATABASE {db}"])
+    dc = make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.*",))
     csv = tmp_path / "rows.csv"
     csv.write_text("1,loaded one\n2,loaded two\n")
-    with sandbox.source.connect(local_infile=True) as conn, conn.cursor() as cur:
-        with pytest.raises(UnhandledEvent) as first, running(dc, unique_name) as pipeline:
-            cur.execute(f"CREATE DATABASE {db}")
-            cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20))")
-            cur.execute(f"INSERT INTO {db}.t VALUES (100, 'before')")
-            conn.commit()
-            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-            boundary = current_position(server_config(sandbox.source))
-            cur.execute("SET SESSION binlog_format = 'STATEMENT'")
-            cur.execute(f"LOAD DATA LOCAL INFILE '{csv}' INTO TABLE {db}.t FIELDS TERMINATED BY ','")
-            conn.commit()
-            cur.execute("SET SESSION binlog_format = 'ROW'")
-            cur.execute(f"INSERT INTO {db}.t VALUES (200, 'after')")
-            conn.commit()
-            wait_stopped(pipeline, timeout=30)
-        cur.execute(f"SHOW BINLOG EVENTS IN '{boundary.log_file}' FROM {boundary.log_pos}")
+    # the whole workload is in the binlog before gate starts: the refused event arrives right after the
+    # complete transactions, before any of them is written
+    run_sql(sandbox.source, db, ["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                                 "CREATE TABLE o (id INT PRIMARY KEY, v VARCHAR(20))",
+                                 "INSERT INTO t VALUES (100, 'before')", "INSERT INTO o VALUES (1, 'other, before')"])
+    with sandbox.source.connect(db, local_infile=True) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+        cur.execute(f"LOAD DATA LOCAL INFILE '{csv}' INTO TABLE t FIELDS TERMINATED BY ','")
+        conn.commit()
+        cur.execute("SELECT @@last_gtid")
+        gtid = cur.fetchone()[0]
+    run_sql(sandbox.source, db, ["INSERT INTO t VALUES (200, 'after')", "UPDATE o SET v = 'after' WHERE id = 1"])
+    file, start, end = gtid_event_start(sandbox.source, gtid)
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' FROM {start}")
         load_at = next(row[1] for row in cur.fetchall() if row[2] == "Begin_load_query")
     message = (
-        f"The source's binlog holds a Begin_load_query event (type 17) at {boundary.log_file}:{load_at}, and gate "
-        "does not know what it changes, so it stops there rather than pass it by: its checkpoint stays before the "
-        "event and a restart stops at it again. See the event with 'mariadb-binlog --read-from-remote-server "
-        f"--verbose --start-position={load_at} {boundary.log_file}' and turn off the server setting or feature "
-        "that wrote it (the sources page of gate's documentation lists what gate reads), or run a gate that reads "
-        "it. To skip it instead: copy the affected tables' current rows to the consumers another way, then move the "
-        f"channel past it with 'gate channel set-position {unique_name} --file FILE --pos POS' (a transaction "
-        "boundary after it, see SHOW BINLOG EVENTS) or --now.")
-    assert str(first.value) == message
-    expected = [(1, 1, "CREATETABLE"), (2, 2, "INSERT")]
-    for attempt in range(2):
-        assert [(r[0], r[1], r[6]) for r in dc_rows(sandbox.dc, unique_name)] == expected
-        assert json.loads(dc_rows(sandbox.dc, unique_name)[-1][7]) == {"NEW": [{"id": "100"}, {"v": "before"}]}
-        with connect(dc, "DC") as dconn:
-            state = read_resume(dconn, unique_name)
-        assert (state.id, state.tid, state.log_file, state.log_pos) == (2, 2, boundary.log_file, boundary.log_pos)
-        if attempt == 0:
-            with pytest.raises(UnhandledEvent) as again, running(dc, unique_name) as pipeline:
-                wait_stopped(pipeline, timeout=30)
-            assert str(again.value) == message
+        f"The source's binlog holds a Begin_load_query event (type 17) at {file}:{load_at}, and gate does not know "
+        "what it changes, so it stops there rather than pass it by. See the event with 'mariadb-binlog "
+        f"--read-from-remote-server --verbose --start-position={load_at} {file}' and turn off the server setting "
+        "or feature that wrote it (the sources page of gate's documentation lists what gate reads), or run a gate "
+        "that reads it. Everything before this transaction is in the DC and checkpointed (id=4 tid=4); gate stops "
+        f"here again until it is dealt with. To go on without it, run 'gate channel skip {channel} --transaction "
+        f"{gtid}': it moves the channel past exactly this transaction (from {file}:{start}) and writes a SKIPPED row "
+        "naming it; its changes are then missing from the DC, and a snapshot ('gate snapshot "
+        f"{channel} --table DB.TABLE') brings the consumers' copy of the table level with the source.")
+    before = [(1, 1, "t", "CREATETABLE"), (2, 2, "o", "CREATETABLE"), (3, 3, "t", "INSERT"), (4, 4, "o", "INSERT")]
+    for _ in range(2):  # a restart stops at the same transaction
+        with pytest.raises(UnhandledEvent) as refused, running(dc, channel) as pipeline:
+            wait_stopped(pipeline, timeout=30)
+        assert str(refused.value) == message
+        assert [(r[0], r[1], r[3], r[6]) for r in dc_rows(sandbox.dc, channel)] == before
+        assert checkpoint(sandbox.dc, channel) == (4, 4, file, start)
+
+    done = gate("channel", "skip", channel, "--transaction", gtid)
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout == (f"channel {channel}: skipped transaction {gtid} ({file}:{start} to {file}:{end}); "
+                           "SKIPPED row(s) 5\n")
+    with running(dc, channel):
+        wait_caught_up(sandbox.source, sandbox.dc, channel)
+    rows = dc_rows(sandbox.dc, channel)
+    assert [(r[0], r[1], r[3], r[6]) for r in rows] == [
+        *before, (5, 5, "", "SKIPPED"), (6, 6, "t", "INSERT"), (7, 7, "o", "UPDATE")]  # ids gap-free
+    assert rows[4][2] == ""  # the refused event names no table: one SKIPPED row without one
+    skipped = json.loads(rows[4][7])["SKIPPED"]
+    assert skipped == {"transaction": gtid, "gtid": gtid, "from": f"{file}:{start}", "to": f"{file}:{end}",
+                       "tables": [], "error": "UnhandledEvent", "reason": skipped["reason"]}
+    assert skipped["reason"].startswith(message[:message.index(" Everything before")])
+    with fresh_target(sandbox.dc, db) as target, sandbox.source.connect() as conn:
+        replay(rows, target)
+        folded, source = table_contents(target, db), table_contents(conn, db)
+    assert folded["o"] == source["o"] and source["o"][1:] == [(1, "after")]
+    assert folded["t"] == [source["t"][0], (100, "before"), (200, "after")]  # the source's but for the LOAD DATA
+    assert source["t"][1:] == [(1, "loaded one"), (2, "loaded two"), (100, "before"), (200, "after")]
+
+
+def test_an_event_gate_does_not_read_between_transactions_is_passed_alone_by_set_position(
+        gate: Gate, sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event of a type gate does not read between transactions (here Binlog_checkpoint, made unknown):
+    gate writes and checkpoints every transaction before it, stops naming the set-position that passes the
+    event alone, and after that command goes on with nothing lost."""
+    db, channel = f"src_{unique_name}", unique_name
+    run_sql(sandbox.source, "", [f"CREATE DATABASE {db}"])
+    dc = make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.*",))
+    monkeypatch.delitem(EVENT_TYPES, 161)
+    run_sql(sandbox.source, db, ["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                                 "INSERT INTO t VALUES (1, 'before')"])
+    boundary = current_position(server_config(sandbox.source))
+    run_sql(sandbox.source, db, ["FLUSH BINARY LOGS", "INSERT INTO t VALUES (2, 'after')"])
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        new_file = cur.fetchall()[-1][0]
+        cur.execute(f"SHOW BINLOG EVENTS IN '{new_file}'")
+        event = next(row for row in cur.fetchall() if row[2] == "Binlog_checkpoint")
+    with pytest.raises(UnhandledEvent) as refused, running(dc, channel) as pipeline:
+        wait_stopped(pipeline, timeout=30)
+    assert str(refused.value) == (
+        f"The source's binlog holds an unknown event (type 161) at {new_file}:{event[1]}, and gate does not "
+        "know what it changes, so it stops there rather than pass it by. See the event with 'mariadb-binlog "
+        f"--read-from-remote-server --verbose --start-position={event[1]} {new_file}' and turn off the server "
+        "setting or feature that wrote it (the sources page of gate's documentation lists what gate reads), or run "
+        "a gate that reads it. It lies between transactions, and everything before it is in the DC and checkpointed "
+        f"(id=2 tid=2, at {boundary.describe()}); gate stops at it again until it is dealt with. To go on without "
+        f"the event, run 'gate channel set-position {channel} --file {new_file} --pos {event[4]}' (its end): the "
+        "binlog holds no transaction between the checkpoint and there, so the channel passes that event alone.")
+    assert checkpoint(sandbox.dc, channel) == (2, 2, boundary.log_file, boundary.log_pos)
+    moved = gate("channel", "set-position", channel, "--file", new_file, "--pos", str(event[4]))
+    assert moved.exit_code == 0, moved.stderr
+    monkeypatch.undo()
+    with running(dc, channel):
+        wait_caught_up(sandbox.source, sandbox.dc, channel)
+    rows = dc_rows(sandbox.dc, channel)
+    assert [(r[0], r[1], r[6]) for r in rows] == [(1, 1, "CREATETABLE"), (2, 2, "INSERT"), (3, 3, "INSERT")]
+    with fresh_target(sandbox.dc, db) as target, sandbox.source.connect() as conn:
+        replay(rows, target)
+        folded, source = table_contents(target, db), table_contents(conn, db)
+    assert folded == source and source["t"][1:] == [(1, "before"), (2, "after")]

@@ -125,7 +125,7 @@ _OPENERS = {
     r"pymysql\.Connection\(": set(),
     r"create_engine\(": {"gate/consume/link.py"},  # dc_engine (connections from gate) and an application's URL
     r"BinLogStreamReader\(": set(),
-    r"(?<!class )OwnedStream\(": {"gate/capture/reader.py"},  # with pymysql_wrapper=stream_connector(...)
+    r"(?<!class )OwnedStream\(": {"gate/capture/reader.py", "gate/capture/lag.py"},  # with stream_connector(...)
     r'f"jdbc:': {"spark_readers/session.py"},  # a JDBC URL built: ChannelSource, whose options carry TLS
 }
 

@@ -34,9 +34,10 @@ _DEFAULT_POST_HEADER = {QUERY_COMPRESSED_EVENT: 13, 166: 8, 167: 8, 168: 8, 169:
 
 class CompressedEventError(ValueError):
     """A compressed event that cannot be decompressed: the reason, and (set by the stream that read it)
-    the event's header, for the reader's named error."""
+    the event's header and, for a row event, its table id, for the reader's named error."""
 
     header: Any = None
+    table_id: int | None = None
 
 
 def inflate_record(record: bytes) -> bytes:

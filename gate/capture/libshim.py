@@ -12,11 +12,12 @@ gate touches the library's private names. What gate relies on, and why:
   14-byte length for 15 bytes of payload, and MariaDB drops the connection; :class:`OwnedStream`
   sends a correct one.
 - ``_stream_connection._read_packet``: wrapped by :class:`OwnedStream` once it has connected, to see
-  every event's header before the library filters it (the library drops the types it has no parser for,
+  every event's type before the library filters it (the library drops the types it has no parser for,
   and those outside ``only_events``, without a trace), so gate can refuse the types it does not handle
-  (``admit``), and to hand the library MariaDB's compressed events (``log_bin_compress``) as the
-  uncompressed events they stand for (:mod:`gate.capture.compressed`), which it can parse. The
-  library reads ``__use_checksum`` and ``__post_header_lengths`` for that too.
+  (``admit`` sees their header; the handled types pass at once), and to hand the library MariaDB's
+  compressed events (``log_bin_compress``) as the uncompressed events they stand for
+  (:mod:`gate.capture.compressed`), which it can parse. The library reads ``__use_checksum`` and
+  ``__post_header_lengths`` for that too.
 - ``BinLogStreamReader._BinLogStreamReader__checksum_enabled`` and ``__use_checksum``: the library asks
   the server's binlog_checksum once, at connect, and strips (or not) the 4 trailing bytes of every event
   by that answer, while the server writes each binlog file with the checksum setting it had when the file
@@ -52,7 +53,7 @@ from __future__ import annotations
 
 import codecs
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,13 @@ from pymysqlreplication.event import BinLogEvent, FormatDescriptionEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from gate.capture.compressed import UNCOMPRESSED_TYPE, CompressedEventError, inflate_event
+from gate.capture.compressed import (
+    HEADER_LEN,
+    QUERY_COMPRESSED_EVENT,
+    UNCOMPRESSED_TYPE,
+    CompressedEventError,
+    inflate_event,
+)
 from gate.common.errors import StreamLost, UnsupportedEvent
 
 ROW_EVENT_CLASSES = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
@@ -80,6 +87,7 @@ class EventHeader:
     flags: int
     log_file: str | None  # the binlog file it is in
     start: int  # its position in that file (0 for an event the server made up for the stream)
+    end: int  # the position after it (0 for an event the server made up)
 
 
 Admit = Callable[[EventHeader], None]  # raises for an event gate must not read past
@@ -93,12 +101,14 @@ class OwnedStream(BinLogStreamReader):
     _connected_once = False
     _format: StreamFormat | None = None
 
-    def __init__(self, *, admit: Admit, **kwargs: Any) -> None:
+    def __init__(self, *, admit: Admit, handled: Collection[int] = (), **kwargs: Any) -> None:
         """The library's keyword arguments; Format Description events are read (and not yielded) whatever
-        ``only_events`` asks. ``admit(header)``: called for every event the server sends, before the library
-        sees it; raises for one that must stop the stream."""
+        ``only_events`` asks. ``admit(header)``: called, before the library sees it, for every event the server
+        sends whose type is not in ``handled`` (compressed types are always inflated, never just passed);
+        raises for one that must stop the stream."""
         super().__init__(**{**kwargs, "only_events": [*kwargs["only_events"], FormatDescriptionEvent]})
         self._admit = admit
+        self._handled = frozenset(handled) - UNCOMPRESSED_TYPE.keys()
 
     @property
     def format(self) -> StreamFormat:
@@ -151,22 +161,28 @@ class OwnedStream(BinLogStreamReader):
         connection._read_packet = _gate_read_packet
 
     def _event_packet(self, packet: MysqlPacket) -> MysqlPacket:
-        """An event packet (its OK byte, then the event) shown to ``admit``; a compressed one inflated."""
+        """An event packet (its OK byte, then the event): a handled type as it is, a compressed one inflated,
+        any other shown to ``admit``."""
         data = packet.get_all_data()
-        if not packet.is_ok_packet() or len(data) < 20:
-            return packet  # an EOF or error packet: the library handles it
-        type_code, size, next_pos, flags = data[5], *struct.unpack_from("<IIH", data, 10)
-        header = EventHeader(type_code, flags, self.log_file, next_pos - size if next_pos else 0)
-        self._admit(header)
+        if len(data) < 20 or data[0] or data[5] in self._handled:
+            return packet  # an EOF or error packet (the library handles it), or an event of a handled type
+        type_code = data[5]
         if type_code not in UNCOMPRESSED_TYPE:
+            self._admit(self._header(data))
             return packet
         try:
             event = inflate_event(bytes(data[1:]), self._BinLogStreamReader__post_header_lengths,
                                   self._BinLogStreamReader__use_checksum)
         except CompressedEventError as exc:
-            exc.header = header
+            exc.header = self._header(data)
+            if type_code != QUERY_COMPRESSED_EVENT:  # a row event: its table id, for the table map's names
+                exc.table_id = int.from_bytes(data[1 + HEADER_LEN:7 + HEADER_LEN], "little")
             raise
         return MysqlPacket(b"\x00" + event, None)
+
+    def _header(self, data: bytes) -> EventHeader:
+        size, next_pos, flags = struct.unpack_from("<IIH", data, 10)
+        return EventHeader(data[5], flags, self.log_file, next_pos - size if next_pos else 0, next_pos)
 
     def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
         """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""

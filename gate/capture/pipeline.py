@@ -75,6 +75,7 @@ from gate.common.errors import (
     GateError,
     ServerRefused,
     TransactionRefused,
+    UnhandledEvent,
 )
 from gate.common.process import start_forkserver
 from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
@@ -616,6 +617,12 @@ class Pipeline:
         """The writers have drained after ``refused``: with the checkpoint at its transaction's start, its
         message names the way past it, else (its start unknown, the checkpoint short of it) that of a restart."""
         refused_at = refused.transaction
+        if refused_at is None and isinstance(refused, UnhandledEvent) and refused.after == (state.log_file,
+                                                                                           state.log_pos):
+            refused.args = (f"{refused} It lies between transactions, and everything before it is in the DC and "
+                            f"checkpointed (id={state.id} tid={state.tid}, at {state.describe()}); gate stops at it "
+                            f"again until it is dealt with. {refused.way_past}",)
+            return
         if refused_at is None or (refused_at["log_file"], refused_at["log_pos"]) != (state.log_file, state.log_pos):
             refused.transaction = None
             refused.args = (f"{refused} The checkpoint stands at {state.describe()}, short of the refused "

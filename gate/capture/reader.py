@@ -9,8 +9,10 @@ dump packet (a 14-byte length header on 15 bytes of payload made the server drop
 
 It reads only the event types of :data:`EVENT_TYPES`: any other type stops gate with
 :class:`~gate.common.errors.UnhandledEvent` before the stream moves past it (the library would drop it
-silently), so the checkpoint stays before it and a restart stops at the same event. MariaDB's
-compressed events (``log_bin_compress``) arrive inflated into the events they compress.
+silently). It is a refused transaction: the pipeline writes and checkpoints everything before it, and
+``gate channel skip`` passes exactly its transaction; between transactions, its message names the
+set-position that passes the event alone. MariaDB's compressed events (``log_bin_compress``) arrive
+inflated into the events they compress.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ class BinlogReader:
             server_id=self.server_id, blocking=True,
             only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, XAPrepareEvent, RotateEvent,
                          WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
-            admit=self._admit, slave_heartbeat=self.heartbeat, enable_logging=False,
+            admit=self._admit, handled=EVENT_TYPES, slave_heartbeat=self.heartbeat, enable_logging=False,
         )
         if self.boundary.log_file:
             return OwnedStream(resume_stream=True, log_file=self.boundary.log_file,
@@ -292,24 +294,31 @@ class BinlogReader:
         """Let the stream read an event of :data:`EVENT_TYPES`; stop at any other."""
         if header.type_code not in EVENT_TYPES:
             name = _OTHER_NAMES.get(header.type_code, "unknown")
-            raise UnhandledEvent(
-                f"The source's binlog holds a {name} event (type {header.type_code}) at "
-                f"{_event_position(header)}, and gate does not know what it changes, so it stops there rather "
-                "than pass it by: its checkpoint stays before the event and a restart stops at it again. See "
-                "the event with 'mariadb-binlog --read-from-remote-server --verbose --start-position="
-                f"{header.start} {header.log_file}' and turn off the server setting or feature that wrote it "
-                "(the sources page of gate's documentation lists what gate reads), or run a gate that reads it. "
-                f"To skip it instead: {_skip(self.channel)}")
+            article = "an" if name[0] in "AEIOUaeiou" else "a"
+            raise self._refusal(header, f"{article} {name} event (type {header.type_code}) at "
+                                f"{_event_position(header)}, and gate does not know what it changes, so it stops "
+                                "there rather than pass it by",
+                                "turn off the server setting or feature that wrote it (the sources page of gate's "
+                                "documentation lists what gate reads), or run a gate that reads it", [])
 
     def _undecodable(self, exc: CompressedEventError) -> UnhandledEvent:
         header: EventHeader = exc.header
-        name = EVENT_TYPES[header.type_code].name
+        table = self.stream.table_map.get(exc.table_id) if exc.table_id is not None else None
+        return self._refusal(header, f"the compressed event {EVENT_TYPES[header.type_code].name} (type "
+                             f"{header.type_code}) at {_event_position(header)}, which cannot be decompressed: {exc}",
+                             "report the event with the source's version if the server decodes it (it reads it "
+                             "the same way)", [(table.schema, table.table)] if table is not None else [])
+
+    def _refusal(self, header: EventHeader, what: str, fix: str, tables: list[tuple[str, str]]) -> UnhandledEvent:
+        """The error that stops gate at ``header``'s event: inside a transaction the pipeline refuses that
+        transaction; between transactions (the checkpoint at ``self.boundary``) ``way_past`` passes the event alone."""
         return UnhandledEvent(
-            f"The compressed binlog event {name} (type {header.type_code}) at {_event_position(header)} cannot "
-            f"be decompressed: {exc}. gate stops there; its checkpoint stays before the event. Check the binlog "
-            f"with 'mariadb-binlog --read-from-remote-server --verbose --start-position={header.start} "
-            f"{header.log_file}' (the server reads it the same way), and report the event with the source's "
-            f"version if the server decodes it. To skip it instead: {_skip(self.channel)}")
+            f"The source's binlog holds {what}. See the event with 'mariadb-binlog --read-from-remote-server "
+            f"--verbose --start-position={header.start} {header.log_file}' and {fix}.", tables,
+            after=(self.boundary.log_file, self.boundary.log_pos),
+            way_past=f"To go on without the event, run 'gate channel set-position {self.channel} --file "
+                     f"{header.log_file} --pos {header.end}' (its end): the binlog holds no transaction between the "
+                     "checkpoint and there, so the channel passes that event alone.")
 
     def __iter__(self) -> Iterator[Item]:
         delivered = 0  # items of the open transaction already yielded; skipped after a reconnect
@@ -419,12 +428,6 @@ class BinlogReader:
 
 def _event_position(header: EventHeader) -> str:
     return f"{header.log_file}:{header.start}" if header.start else f"the start of {header.log_file}"
-
-
-def _skip(channel: str) -> str:
-    return (f"copy the affected tables' current rows to the consumers another way, then move the channel past it "
-            f"with 'gate channel set-position {channel} --file FILE --pos POS' (a transaction boundary after it, "
-            "see SHOW BINLOG EVENTS) or --now.")
 
 
 def _prepared_xid(event: MariadbGtidEvent) -> str | None:

@@ -106,11 +106,6 @@ class UnsupportedEvent(GateError):
     """The binlog holds an event gate cannot translate without guessing; it stops instead of skipping it."""
 
 
-class UnhandledEvent(UnsupportedEvent):
-    """The binlog holds an event of a type gate does not read (or a compressed event that does not
-    decompress): gate stops before it, naming its type and position."""
-
-
 class ChannelBusy(GateError):
     """Another gate process is running the channel."""
 
@@ -159,6 +154,19 @@ class StatementFormatChange(TransactionRefused):
 
 class PartialRowImage(TransactionRefused):
     """A row event of a captured table lacks columns (binlog_row_image MINIMAL or NOBLOB)."""
+
+
+class UnhandledEvent(TransactionRefused):
+    """The binlog holds an event of a type gate does not read (or a compressed event that does not
+    decompress). Inside a transaction it refuses that transaction, as its base class says. Between
+    transactions there is no transaction to skip: ``after`` is the end of the last transaction read (where
+    the checkpoint stands once the writers drain) and ``way_past`` how to move the channel past the event alone."""
+
+    def __init__(self, message: str, tables: list[tuple[str, str]] | None = None,
+                 after: tuple[str | None, int | None] | None = None, way_past: str = "") -> None:
+        super().__init__(message, tables)
+        self.after = after
+        self.way_past = way_past
 
 
 class SkipRefused(GateError):
