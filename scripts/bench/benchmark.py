@@ -511,6 +511,8 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
                        timeout=max(600.0, rows / 100), links=links)
         zero = zero or run
         run["ratio_to_0ms"] = run["rows_per_s"] / zero["rows_per_s"]
+        run["steady_ratio_to_0ms"] = ((run["steady_rows_per_s"] or 0) / zero["steady_rows_per_s"]
+                                      if zero["steady_rows_per_s"] else None)
         run["same_rows"] = run["dc_checksum"] == plain["dc_checksum"]
         figures[name] = run
         print(f"[{label}] gate, {name} added on the {link} link: {run['rows']} rows in {run['seconds']:.2f} s = "
@@ -564,13 +566,15 @@ def run_tls(workdir: Path, keys: list[str], rows: dict[str, int], args: argparse
 def latency_report(results: dict[str, Any]) -> str:
     """gate's rows/s over links with added latency, as ratios of the 0 ms run through the same proxies."""
     targets = {"a": 0.9, "b": 0.8, "c": 0.9}
-    lines = ["workload                         link, RTT added    rows/s  of 0 ms  target  same DC rows"]
+    lines = ["workload                         link, RTT added    rows/s  of 0 ms  target  same DC rows  "
+             "steady of 0 ms  first checkpoint s"]
     for key, r in results["workloads"].items():
         for name, run in (r.get("latency") or {}).items():
             target = "" if name.startswith("none") else f">= {targets[key]}"
             ok = "" if not target else ("PASS" if run["ratio_to_0ms"] >= targets[key] else "FAIL")
             lines.append(f"{r['workload']:<32} {name:<16} {run['rows_per_s']:>9,.0f} {run['ratio_to_0ms']:>8.2f}  "
-                         f"{target:<6} {ok:<4}  {run['same_rows']}")
+                         f"{target:<6} {ok:<4}  {str(run['same_rows']):<12}  "
+                         f"{run['steady_ratio_to_0ms'] or 0:>14.2f}  {run['startup_s'] or 0:>18.2f}")
     for name, lag in (results.get("lag_latency") or {}).items():
         bound = lag["rtt_added_ms"] / 1000 + 1
         lines.append(f"lag at {lag['source_rows_per_s']:,.0f} rows/s, {name}: p50 {lag['lag_p50_s']:.3f} s, p99 "
