@@ -1,6 +1,7 @@
 """A TCP proxy between gate and a server, for the faults of a link between datacenters: a black hole
 (nothing passes, in either direction, until :meth:`LinkProxy.heal`; what was sent waits, as TCP's
-retransmissions would carry it over a partition), a reset of every connection, and a bandwidth limit."""
+retransmissions would carry it over a partition), a reset of every connection, a bandwidth limit, and latency
+(``delay`` seconds added to each direction, so a round trip gains twice that; the order of the bytes kept)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 
 
 class LinkProxy:
@@ -16,6 +18,7 @@ class LinkProxy:
     def __init__(self, target: int) -> None:
         self.target = target
         self.bytes_per_second = 0.0  # 0: no limit
+        self.delay = 0.0  # seconds added to each direction (a round trip gains 2 * delay)
         self._open = threading.Event()
         self._open.set()
         self._closed = False
@@ -62,18 +65,36 @@ class LinkProxy:
                 continue
             with self._lock:
                 self._sockets += [client, server]
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+            for pair in ((client, server), (server, client)):
+                line = _Line()
+                threading.Thread(target=self._pump, args=(pair[0], line), daemon=True).start()
+                threading.Thread(target=self._deliver, args=(line, *pair), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, line: _Line) -> None:
+        """Read what ``source`` sends onto ``line``, each piece due ``delay`` seconds later."""
         try:
             while True:
                 self._open.wait()
-                data = source.recv(16384 if not self.bytes_per_second else 4096)
+                data = source.recv(65536 if not self.bytes_per_second else 4096)
                 if not data:
                     break
                 if self.bytes_per_second:
                     time.sleep(len(data) / self.bytes_per_second)
+                line.put(time.monotonic() + self.delay, data)
+        except OSError:
+            pass
+        line.put(0.0, b"")  # the end: after what is on the line
+
+    def _deliver(self, line: _Line, source: socket.socket, sink: socket.socket) -> None:
+        """Send what is on ``line`` to ``sink`` in order, each piece when it is due; at its end close both ways."""
+        try:
+            while True:
+                due, data = line.get()
+                if not data:
+                    break
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
                 self._open.wait()  # a black hole holds back what arrived meanwhile
                 sink.sendall(data)
         except OSError:
@@ -83,3 +104,22 @@ class LinkProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+class _Line:
+    """One direction of a connection: pieces of data in order, each with the time it is due at the far end."""
+
+    def __init__(self) -> None:
+        self._pieces: deque[tuple[float, bytes]] = deque()
+        self._ready = threading.Condition()
+
+    def put(self, due: float, data: bytes) -> None:
+        with self._ready:
+            self._pieces.append((due, data))
+            self._ready.notify()
+
+    def get(self) -> tuple[float, bytes]:
+        with self._ready:
+            while not self._pieces:
+                self._ready.wait()
+            return self._pieces.popleft()

@@ -32,12 +32,12 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
             for n, text in enumerate(AWKWARD * 40)]
     statements = insert_statements(rows)
     assert len(statements) > 1 and all(len(s) <= MAX_STATEMENT + 4000 for s in statements)
-    conn, _ = _dc_session(dc, unique_name)
+    conn, _, _ = _dc_session(dc, unique_name)
     try:
         with conn.cursor() as cur:  # a DC server configured without backslash escapes: the session undoes it
             cur.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES')")
         conn.close()
-        conn, max_packet = _dc_session(dc, unique_name)
+        conn, max_packet, _ = _dc_session(dc, unique_name)
         _write(conn, rows, max_packet)
         with conn.cursor() as cur:
             cur.execute("SELECT id, tid, dbname, tablename, DATE_FORMAT(create_time, '%Y-%m-%d %H:%i:%s'), "

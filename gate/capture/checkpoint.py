@@ -8,11 +8,16 @@ A chunk also names the XA transactions whose outcome (commit or rollback) it pas
 prepared changes are deleted in the transaction that moves the checkpoint past it, and the snapshot
 progress notes a chunk's boundary carries are stored in it, as is the removal of ``stuck_row`` notes an
 earlier run left for rows the checkpoint passes.
+
+The reading thread records chunks (:meth:`Checkpointer.add`, :meth:`Checkpointer.committed`) while the
+pipeline's control thread stores the checkpoint (:meth:`Checkpointer.write`, its DC work in one function
+and one round trip); a lock keeps the two apart.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -23,7 +28,7 @@ from gate.capture.failover import clear_marker
 from gate.capture.snapshot import Note, record
 from gate.capture.writer import forget_stuck
 from gate.capture.xa import forget
-from gate.common.dc import ResumeState, write_resume
+from gate.common.dc import ResumeState, in_one_round_trip, write_resume
 from gate.common.retry import is_transient
 
 log = logging.getLogger(__name__)
@@ -51,19 +56,24 @@ class Checkpointer:
     _resolved: list[str] = field(default_factory=list)  # xids resolved at or below _target
     _notes: list[Note] = field(default_factory=list)  # snapshot progress at or below _target
     _written_at: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the reading thread's records, the writes
 
     def add(self, seq: int, boundary: ResumeState | None, has_rows: bool, resolved: list[str] | None = None,
             notes: list[Note] | None = None) -> None:
         """Record a dispatched chunk; one without rows counts as committed at once."""
         chunk = _Chunk(seq, boundary, resolved or [], notes or [], committed=not has_rows)
-        self._chunks.append(chunk)
-        self._index[seq] = chunk
-        self._advance()
+        with self._lock:
+            self._chunks.append(chunk)
+            self._index[seq] = chunk
+            self._advance()
 
     def committed(self, seqs: list[int]) -> None:
-        for seq in seqs:
-            self._index.pop(seq).committed = True
-        self._advance()
+        if not seqs:
+            return
+        with self._lock:
+            for seq in seqs:
+                self._index.pop(seq).committed = True
+            self._advance()
 
     def _advance(self) -> None:
         while self._chunks and self._chunks[0].committed:
@@ -76,7 +86,8 @@ class Checkpointer:
 
     def resolving(self, xid: str) -> bool:
         """Whether the stored changes of ``xid`` still wait for a checkpoint to delete them."""
-        return xid in self._resolved or any(xid in chunk.resolved for chunk in self._chunks)
+        with self._lock:
+            return xid in self._resolved or any(xid in chunk.resolved for chunk in self._chunks)
 
     @property
     def pending(self) -> int:
@@ -91,39 +102,40 @@ class Checkpointer:
         return self._target is not None and time.monotonic() - self._written_at >= self.interval
 
     def write(self, conn: pymysql.Connection) -> bool:
-        """Store the newest reachable boundary; False (retried later) if the DC connection broke. Any other
-        error of the DC is raised."""
-        target, resolved, notes = self._target, self._resolved[:], self._notes[:]
+        """Store the newest reachable boundary in one DC transaction, sent in one round trip (``conn`` takes
+        multi-statement queries); False (retried later) if the DC connection broke. Any other error of the
+        DC is raised."""
+        with self._lock:
+            target, resolved, notes = self._target, self._resolved[:], self._notes[:]
         if target is None:
             return True
+        marker = self.marker_pending
+        passed = [row_id for row_id in self.stuck if row_id <= target.id]
+
+        def statements(cur: pymysql.cursors.Cursor) -> None:
+            write_resume(cur, self.channel, target)
+            forget(cur, self.channel, resolved)
+            record(cur, self.channel, notes)
+            if marker:
+                clear_marker(cur, self.channel)
+            if passed:
+                forget_stuck(cur, self.channel, passed)
+
         try:
-            conn.begin()
-            with conn.cursor() as cur:
-                write_resume(cur, self.channel, target)
-                forget(cur, self.channel, resolved)
-                record(cur, self.channel, notes)
-                if self.marker_pending:
-                    clear_marker(cur, self.channel)
-                passed = [row_id for row_id in self.stuck if row_id <= target.id]
-                if passed:
-                    forget_stuck(cur, self.channel, passed)
-            conn.commit()
+            in_one_round_trip(conn, statements)
         except pymysql.err.MySQLError as exc:
             self._written_at = time.monotonic()
-            try:
-                conn.rollback()
-            except pymysql.err.MySQLError:
-                pass  # the connection is gone: so is its transaction
             if not is_transient(exc):
                 raise  # the pipeline stops on it, naming the DC server
             log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)
             return False
-        self.state = target
-        del self._resolved[:len(resolved)]
-        del self._notes[:len(notes)]
-        self.marker_pending = False
-        self.stuck = [row_id for row_id in self.stuck if row_id > target.id]
-        if self._target is target:
-            self._target = None
-        self._written_at = time.monotonic()
+        with self._lock:
+            self.state = target
+            del self._resolved[:len(resolved)]
+            del self._notes[:len(notes)]
+            self.marker_pending = False
+            self.stuck = [row_id for row_id in self.stuck if row_id > target.id]
+            if self._target is target:
+                self._target = None
+            self._written_at = time.monotonic()
         return True

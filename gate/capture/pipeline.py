@@ -22,6 +22,7 @@ from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from gate.capture import snapshot, xa
 from gate.capture.checkpoint import Checkpointer
@@ -78,13 +79,14 @@ from gate.common.errors import (
     UnhandledEvent,
 )
 from gate.common.process import start_forkserver
-from gate.common.retry import backoff, is_transient, raise_unless_transient, refusals
+from gate.common.retry import backoff, is_transient, raise_unless_transient, refusal, refusals
 from gate.common.server import require_mariadb
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10.0
 FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
+CTL_IDLE_PING = 5.0  # seconds the control connection may stay unused before a use checks it with a ping
 ABANDON_WITHIN = 3.0  # seconds gate may take to end after a second stop signal, whatever the network does
 T = TypeVar("T")
 
@@ -190,6 +192,10 @@ class Pipeline:
         self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
+        self._ctl_mutex = threading.RLock()  # one user of the control connection at a time: the control thread's
+        self._ctl_used = 0.0  # checkpoints and settings, the reading thread's rare work (XA, snapshots, start-up)
+        self._fresh: ChannelSettings | None = None  # settings read by the control thread, for the next transaction
+        self._snapshots_waiting = True  # whether gate_snapshot may hold requests, as the control thread last saw
         self._retainer: Retainer | None = None
         self._watch: DcWatch | None = None  # the run's DC stall warnings
         self._failure: GateError | None = None  # what stopped a thread beside the main loop, raised by the loop
@@ -233,7 +239,7 @@ class Pipeline:
     # --- DC control connection: holds the channel lock and writes checkpoints -------------------
 
     def _open_ctl(self) -> pymysql.Connection:
-        conn = connect(self.dc, "DC", self.channel)
+        conn = connect(self.dc, "DC", self.channel, client_flag=CLIENT.MULTI_STATEMENTS)  # the checkpoint: one query
         try:
             require_mariadb(conn, "DC", self.dc.address)
         except BaseException:
@@ -263,15 +269,24 @@ class Pipeline:
                                                      f"{server.address}:{server.port}" if server else None))
 
     def _ctl_conn(self) -> pymysql.Connection:
-        """The control connection, reopened (and the lock retaken) after a DC restart."""
-        if self._ctl is not None:
+        """The control connection, reopened (and the lock retaken) after a DC restart. It is checked with a
+        ping only after CTL_IDLE_PING seconds unused: a use that finds it broken drops it (:meth:`_drop_ctl`)
+        and the retry reopens it. The caller holds ``_ctl_mutex``."""
+        now = time.monotonic()
+        if self._ctl is not None and now - self._ctl_used >= CTL_IDLE_PING:
             try:
                 self._ctl.ping(reconnect=False)
-                return self._ctl
             except pymysql.err.Error:
-                self._ctl = None
-        self._ctl = self._open_ctl()
+                self._drop_ctl()
+        self._ctl_used = now
+        if self._ctl is None:
+            self._ctl = self._open_ctl()
         return self._ctl
+
+    def _drop_ctl(self) -> None:
+        """Forget a control connection that failed (closed quietly): the next use opens a new one."""
+        conn, self._ctl = self._ctl, None
+        _close(conn)
 
     # --- start-up ----------------------------------------------------------------------------
 
@@ -445,8 +460,10 @@ class Pipeline:
                                     settings.columns, channel=self.channel)
             marker = read_marker(self._ctl_conn(), self.channel)
             items: Iterator[Item] = iter(reader)
-            if marker is not None:
-                items = without_held(items, Deduper(marker, self._ctl_conn(), self.channel), translator, settings)
+            if marker is not None:  # the Deduper's reads: a connection of its own, beside the control thread's
+                dedupe = connect(self.dc, "DC", self.channel)
+                not_started.callback(dedupe.close)
+                items = without_held(items, Deduper(marker, dedupe, self.channel), translator, settings)
             else:
                 try:
                     with refusals("source", source, "SHOW BINARY LOGS (whether it still has the resume position)"):
@@ -454,7 +471,7 @@ class Pipeline:
                 except (ConnectionFailed, pymysql.err.MySQLError):
                     if settings.standby is None:
                         raise  # else the reader retries, and the channel fails over if the source stays down
-            not_started.pop_all()  # from here on _finish closes them
+            closing = not_started.pop_all()  # from here on _finish closes the children, the end the Deduper's connection
         sequencer = Sequencer(state.id, state.tid, source.address)
         checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,
                                     marker_pending=marker is not None, stuck=self._stuck)
@@ -473,6 +490,12 @@ class Pipeline:
         refused: TransactionRefused | None = None
         engine = SnapshotEngine(self.channel, source, defaults, self._on_dc, lambda op, after: False,
                                 Position(state.log_file, state.log_pos, state.gtid_pos))
+        engine.requests = lambda: self._snapshots_waiting
+        control_done = threading.Event()
+        control = threading.Thread(target=self._control, args=(checkpointer, control_done), name="gate-control",
+                                   daemon=True)
+        control.start()
+        threading.Thread(target=self._read_settings, args=(control_done,), name="gate-settings", daemon=True).start()
         try:
             partial = self._loop(items, reader, translator, sequencer, checkpointer, pool, decoders,
                                  defaults.batch_rows, engine)
@@ -487,6 +510,7 @@ class Pipeline:
             partial = exc.transaction is not None  # refused inside its transaction: chunks of it may be written
             raise
         finally:
+            control_done.set()  # _finish stores the last checkpoint itself
             if sampler is not None:
                 sampler.stop()
             decoders.close()
@@ -495,10 +519,12 @@ class Pipeline:
                 self._finish(checkpointer, pool, drain=clean, abandoned=abandoned)
             finally:
                 watch.stop()
-            if partial:
+                control.join(timeout=0 if self._abandon.is_set() else ABANDON_WITHIN)
+            if partial:  # a clean stop, or a refusal, inside a transaction: none of it stays above the checkpoint
                 self._remove_partial(checkpointer.state)
             if refused is not None:
                 self._stopped_at(refused, checkpointer.state)
+            closing.close()
 
     def _loop(self, items: Iterator[Item], reader: BinlogReader, translator: Translator, sequencer: Sequencer,
               checkpointer: Checkpointer, pool: WriterPool, decoders: DecoderPool, batch_rows: int,
@@ -525,7 +551,6 @@ class Pipeline:
         metrics = self.metrics
         ordering.set_rules(translator.rules)
         next_progress = time.monotonic() + PROGRESS_EVERY
-        next_filter = time.monotonic() + FILTER_EVERY
         logged = checkpointer.state
         open_txn = False  # a transaction's start read without its end: a stop waits for the end
         begin: Begin | None = None  # the start of the last transaction read
@@ -539,9 +564,8 @@ class Pipeline:
                         ordering.rows(item, reader.stream)
                 elif type(item) is Begin:
                     begin = item
-                    if time.monotonic() >= next_filter:  # between transactions: a changed filter applies from here
-                        next_filter = time.monotonic() + FILTER_EVERY
-                        self._reread_filter(translator, reader.boundary.describe())
+                    if self._fresh is not None:  # between transactions: a changed filter applies from here
+                        self._apply_settings(translator, reader.boundary.describe())
                         ordering.set_rules(translator.rules)
                         engine.filter, engine.rules = translator.filter, translator.rules
                     open_txn = True
@@ -574,8 +598,6 @@ class Pipeline:
                     ordering.apply()
                 if pool.in_flight:
                     checkpointer.committed(pool.acks())
-                if checkpointer.due():
-                    self._checkpoint(checkpointer)
                 if self._failure is not None:
                     raise self._failure
                 if self._stopping.is_set() and (not open_txn or self._abandon.is_set()):
@@ -660,7 +682,13 @@ class Pipeline:
         an error that is not transient stops gate, naming ``doing``."""
         while True:
             try:
-                return work(self._ctl_conn())
+                with self._ctl_mutex:
+                    try:
+                        return work(self._ctl_conn())
+                    except (GateError, pymysql.err.MySQLError) as exc:
+                        if is_transient(exc):
+                            self._drop_ctl()
+                        raise
             except (GateError, pymysql.err.MySQLError) as exc:
                 raise_unless_transient(exc, "DC", self.dc, doing, self.channel)
                 if self._abandon.is_set():
@@ -668,14 +696,45 @@ class Pipeline:
                 log.warning("DC unreachable (%s); retrying", exc)
                 time.sleep(0.5)
 
-    def _reread_filter(self, translator: Translator, at: str) -> None:
-        """Apply the channel's allow and deny lists, column rules, health limits and on_rows_without_events as
-        stored now ('gate channel filter', 'columns' or 'set' while gate runs). Rules whose key is missing stop
-        gate (MissingSecret)."""
+    def _read_settings(self, done: threading.Event) -> None:
+        """The settings thread, on a DC connection of its own: every FILTER_EVERY seconds it reads the channel's
+        settings, for the reading thread to apply at its next transaction, and whether gate_snapshot holds
+        requests (the snapshot engine reads the table only then), so that neither waits for the DC."""
+        conn: pymysql.Connection | None = None
+        while not done.wait(FILTER_EVERY / 2 if conn is None else FILTER_EVERY):
+            try:
+                conn = conn or connect(self.dc, "DC", self.channel)
+                settings = read_settings(conn, self.channel)
+                with conn.cursor() as cur:
+                    waiting = bool(cur.execute(f"SELECT 1 FROM {q(self.channel)}.{snapshot.TABLE} "
+                                               "WHERE state IN ('requested', 'running') LIMIT 1"))
+                self._fresh, self._snapshots_waiting = settings, waiting
+            except (GateError, pymysql.err.Error) as exc:
+                log.warning("channel %s: filter not re-read (%s); the current one stays until the next try",
+                            self.channel, exc)
+                _close(conn)
+                conn = None
+        _close(conn)
+
+    def _control(self, checkpointer: Checkpointer, done: threading.Event) -> None:
+        """The checkpoint thread: stores the checkpoint when due (:meth:`Checkpointer.write`), so that the
+        reading thread never waits for the DC's round trips for it. An error that stops gate goes to the
+        reading thread (:meth:`fail`)."""
         try:
-            settings = read_settings(self._ctl_conn(), self.channel)
-        except (GateError, pymysql.err.Error) as exc:
-            log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
+            while not done.wait(checkpointer.interval):
+                if checkpointer.due():
+                    self._checkpoint(checkpointer)
+        except GateError as exc:
+            self.fail(exc)
+        except pymysql.err.MySQLError as exc:
+            self.fail(refusal(exc, "DC", self.dc, "a statement of gate's control thread", self.channel))
+
+    def _apply_settings(self, translator: Translator, at: str) -> None:
+        """Apply the channel's allow and deny lists, column rules, health limits and on_rows_without_events as
+        the control thread last read them ('gate channel filter', 'columns' or 'set' while gate runs). Rules
+        whose key is missing stop gate (MissingSecret)."""
+        settings, self._fresh = self._fresh, None
+        if settings is None:
             return
         self.metrics.stuck_after = settings.defaults.stuck_after_seconds  # 'gate channel set' while gate runs
         self.metrics.ready_lag = settings.defaults.ready_lag_seconds
@@ -698,8 +757,14 @@ class Pipeline:
     def _checkpoint(self, checkpointer: Checkpointer) -> bool:
         before = checkpointer.state
         try:
-            stored = checkpointer.write(self._ctl_conn())
+            with self._ctl_mutex:
+                stored = checkpointer.write(self._ctl_conn())
+                if not stored:
+                    self._drop_ctl()
         except (GateError, pymysql.err.MySQLError) as exc:  # the DC unreachable while reconnecting, or refusing
+            if is_transient(exc):
+                with self._ctl_mutex:
+                    self._drop_ctl()
             raise_unless_transient(exc, "DC", self.dc, "the checkpoint's UPDATE of transfer_checkpoint and "
                                    "gate_resume (with the snapshot progress in gate_snapshot)", self.channel)
             log.warning("checkpoint not stored (%s); retrying", exc)
@@ -737,6 +802,15 @@ class Pipeline:
                 f"{self.channel}' removes the rows above it and reads them again, so nothing is lost.")
         log.info("channel %s stopped at checkpoint id=%d tid=%d, resume at %s",
                  self.channel, state.id, state.tid, state.describe())
+
+
+def _close(conn: pymysql.Connection | None) -> None:
+    """Close a connection that may have failed, quietly."""
+    if conn is not None:
+        try:
+            conn.close()
+        except (pymysql.err.Error, OSError):
+            pass
 
 
 def _waiting(pool: WriterPool, checkpointer: Checkpointer) -> str:

@@ -203,6 +203,7 @@ class SnapshotEngine:
         self.dc = dc  # runs work on the DC control connection, retried while it is unreachable
         self.hold_back: Callable[[float], None] = lambda seconds: None
         self.tables: Callable[[int], None] = lambda count: None  # told how many table snapshots run
+        self.requests: Callable[[], bool] = lambda: True  # whether gate_snapshot may hold requests or cancels
         self.place = place  # (slot, None: at the end | which queued transaction end it goes after) -> placed
         self.boundary = boundary  # the stream's last transaction boundary handed to the ordering
         self.in_txn = False  # the ordering has a transaction's start after that boundary
@@ -270,8 +271,9 @@ class SnapshotEngine:
         return bool(self._tables)
 
     def turn(self, now: float) -> None:
-        """Poll for requests and cancels every POLL_EVERY seconds; take results; start chunks."""
-        if now >= self._next_poll:
+        """Poll for requests and cancels every POLL_EVERY seconds (while snapshots run, or ``requests`` says
+        some may wait); take results; start chunks."""
+        if now >= self._next_poll and (self._tables or self._loose or self.requests()):
             self._next_poll = now + POLL_EVERY
             self.dc(self._poll)
         self.hold_back(self._hold if self._tables else 0.0)

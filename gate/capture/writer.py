@@ -22,10 +22,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
-from gate.common.dc import connect, one_row, q
+from gate.common.dc import connect, one_row, q, round_trips
 from gate.common.errors import DrainAbandoned, GateError, RowTooLarge, WriterFailed
 from gate.common.process import WorkerPool, start_child
 from gate.common.retry import backoff, is_transient, refusal
@@ -36,21 +37,25 @@ MAX_STATEMENT = 1 << 18  # characters of SQL per INSERT (at most 1 MB in utf8mb4
 LARGEST_PACKET = 1 << 30  # the largest max_allowed_packet MariaDB and MySQL accept
 STUCK_RETRY = 5.0  # seconds between attempts to write a row larger than the DC's max_allowed_packet
 REPORT_EVERY = 60.0  # seconds between repeated log lines about the same chunk
+LANE_SPAN = 0.025  # seconds of round trip to the DC per extra connection of a writer (about a chunk's time in the DC)
+MAX_LANES = 16  # connections per writer at most
 STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting for a larger max_allowed_packet
 
 log = logging.getLogger(__name__)
 
 
-def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int]:
-    """A writer's DC session, and its max_allowed_packet (the server's global value when it opened)."""
-    conn = connect(server, "DC", database, autocommit=False)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SELECT @@SESSION.sql_mode, @@SESSION.max_allowed_packet")
-        sql_mode, max_packet = one_row(cur)
-        modes = [m for m in sql_mode.split(",") if m and m != "NO_BACKSLASH_ESCAPES"]
-        cur.execute("SET SESSION sql_mode = %s", (",".join(modes),))  # _literal escapes with backslashes
-    return conn, int(max_packet)
+def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int, float]:
+    """A writer's DC session, its max_allowed_packet (the server's global value when it opened) and the
+    seconds its set-up took: one round trip."""
+    conn = connect(server, "DC", database, autocommit=False, client_flag=CLIENT.MULTI_STATEMENTS)
+    started = time.monotonic()
+    with conn.cursor() as cur:  # _literal escapes with backslashes: sql_mode without NO_BACKSLASH_ESCAPES
+        cur.execute("SET time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
+                    "@@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
+                    "SELECT @@SESSION.max_allowed_packet")
+        cur.nextset()
+        max_packet = one_row(cur)[0]
+    return conn, int(max_packet), time.monotonic() - started
 
 
 def _literal(text: str) -> str:
@@ -129,15 +134,19 @@ def too_large_message(channel: str, server: ServerConfig, exc: RowTooLarge) -> s
 
 def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGEST_PACKET,
            resolved: str | None = None) -> None:
-    """One DC transaction; ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
+    """One DC transaction, its INSERTs and COMMIT in as few round trips as the packet size allows (one for a
+    chunk of up to MAX_STATEMENT characters): the server runs a multi-statement query's statements in order
+    and stops at the first error, so the COMMIT runs only after every INSERT succeeded. ``resolved`` names a
+    gate_meta entry it removes (a stuck row that now fits)."""
     statements = insert_statements(rows, max_packet)  # a row too large raises before anything is sent
+    if resolved is not None:
+        statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}")
     try:
         with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement)
-            if resolved is not None:
-                cur.execute("DELETE FROM gate_meta WHERE name = %s", (resolved,))
-        conn.commit()
+            for query in round_trips(statements + ["COMMIT"], max_packet):
+                cur.execute(query)
+                while cur.nextset():
+                    pass
     except BaseException:
         try:
             conn.rollback()
@@ -180,16 +189,54 @@ def forget_stuck(cur: pymysql.cursors.Cursor, channel: str, ids: list[int]) -> N
     cur.executemany(f"DELETE FROM {q(channel)}.gate_meta WHERE name = %s", [(f"{STUCK_KEY}{i}",) for i in ids])
 
 
+def lanes_for(rtt: float) -> int:
+    """Connections a writer keeps chunks in flight on, over a link whose round trip takes ``rtt`` seconds:
+    one, and one more per LANE_SPAN of round trip (a chunk waits a round trip for its commit, so the
+    chunks in flight grow with it to keep the rows per second of a near DC), at most MAX_LANES."""
+    return max(1, min(MAX_LANES, 1 + int(rtt / LANE_SPAN)))
+
+
 def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
+    """A writer process: its lanes (threads with a DC session each, as many as the link's round trip asks,
+    see :func:`lanes_for`) take chunks from ``inbox``, one at a time each."""
     start_child("gate-writer")
-    conn: pymysql.Connection | None = None
-    max_packet = LARGEST_PACKET
+    first: tuple[pymysql.Connection, int] | None = None
+    lanes = 1
     try:  # connect now, not when the first chunk is already waiting
-        conn, max_packet = _dc_session(server, database)
+        conn, max_packet, rtt = _dc_session(server, database)
+        first, lanes = (conn, max_packet), lanes_for(rtt)
     except (pymysql.err.Error, GateError, OSError):
-        conn = None  # the first chunk tries again, and stops gate if the error stays
+        first = None  # the first chunk tries again, and stops gate if the error stays
+    idle = threading.Semaphore(lanes)  # a chunk is taken from the inbox only for an idle lane
+    jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None] = queue.SimpleQueue()
+    threads = [threading.Thread(target=_lane, args=(server, database, jobs, outbox, idle, first if n == 0 else None),
+                                name=f"lane-{n}", daemon=True) for n in range(lanes)]
+    for thread in threads:
+        thread.start()
     while True:
+        idle.acquire()
         job = inbox.get()
+        if job is None:
+            break
+        jobs.put(job)
+    for _ in threads:
+        jobs.put(None)
+    for thread in threads:
+        thread.join()
+
+
+def _lane(server: ServerConfig, database: str, jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None], outbox: Any,
+          idle: threading.Semaphore, session: tuple[pymysql.Connection, int] | None) -> None:
+    """One connection of a writer: writes the chunks of ``jobs`` until None, releasing ``idle`` after each.
+    Without ``session`` it connects at once, before the first chunk comes (else that chunk retries it)."""
+    conn, max_packet = session if session is not None else (None, LARGEST_PACKET)
+    if conn is None:
+        try:
+            conn, max_packet, _ = _dc_session(server, database)
+        except (pymysql.err.Error, GateError, OSError):
+            conn = None
+    while True:
+        job = jobs.get()
         if job is None:
             break
         seq, rows = job
@@ -202,7 +249,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         while True:
             try:
                 if conn is None:
-                    conn, max_packet = _dc_session(server, database)
+                    conn, max_packet, _ = _dc_session(server, database)
                     if attempt and _landed(conn, rows):
                         break
                 _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}")
@@ -238,6 +285,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
             outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
                         f"server's max_allowed_packet is {max_packet} bytes"))
         outbox.put(("done", seq, dict(Counter(r[6] for r in rows)), time.monotonic() - started))
+        idle.release()
     if conn is not None:
         conn.close()
 

@@ -137,6 +137,61 @@ def q(name: str) -> str:
     return f"`{check_identifier(name, 'identifier')}`"
 
 
+def round_trips(statements: list[str], max_packet: int) -> list[str]:
+    """The statements joined with ';' into as few multi-statement queries as fit a packet of ``max_packet``
+    bytes (counting 4 bytes a character, the most utf8mb4 takes; a longer statement goes alone)."""
+    budget = (max_packet - 1) // 4
+    queries: list[str] = []
+    for statement in statements:
+        if queries and len(queries[-1]) + 1 + len(statement) <= budget:
+            queries[-1] += ";" + statement
+        else:
+            queries.append(statement)
+    return queries
+
+
+class Batch(pymysql.cursors.Cursor):
+    """A cursor that keeps the statements it is given, as the server would receive them, instead of sending
+    them (:func:`in_one_round_trip` sends them). The functions that take a cursor work with it, as long as
+    they do not read what their statements return."""
+
+    def __init__(self, connection: pymysql.Connection) -> None:
+        super().__init__(connection)
+        self.statements: list[str] = []
+
+    def execute(self, query: str, args: Any = None) -> int:
+        self.statements.append(self.mogrify(query, args))
+        return 0
+
+
+ONE_PACKET = 1 << 20  # bytes per query of in_one_round_trip: within any DC's max_allowed_packet gate accepts
+
+
+def in_one_round_trip(conn: pymysql.Connection, fill: Callable[[pymysql.cursors.Cursor], None]) -> list[int]:
+    """Run the statements ``fill`` gives its cursor as one DC transaction, sent with BEGIN and COMMIT as one
+    multi-statement query (``conn`` is opened with CLIENT.MULTI_STATEMENTS), so one round trip unless they
+    exceed ONE_PACKET. The server stops a multi-statement query at its first error, so the COMMIT runs only
+    after every statement succeeded; an error rolls back and is raised. Returns the rows each statement
+    affected, in order."""
+    batch = Batch(conn)
+    fill(batch)
+    counts: list[int] = []
+    try:
+        with conn.cursor() as cur:
+            for query in round_trips(["BEGIN", *batch.statements, "COMMIT"], ONE_PACKET):
+                cur.execute(query)
+                counts.append(cur.rowcount)
+                while cur.nextset():
+                    counts.append(cur.rowcount)
+    except BaseException:
+        try:
+            conn.rollback()
+        except (pymysql.err.Error, OSError):
+            pass  # the connection is gone: so is its transaction
+        raise
+    return counts[1:-1]
+
+
 def channel_exists(conn: pymysql.Connection, name: str) -> bool:
     with conn.cursor() as cur:
         cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (name,))

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,34 @@ from gate.common.dc import ChannelSettings, connect, create_channel, write_start
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(1, str(BENCH_DIR.parents[1]))  # the repository: tests.linkproxy, the proxy of the link tests
+from tests.linkproxy import LinkProxy  # noqa: E402
+
 RUNNER = BENCH_DIR / "gate_runner.py"
 MB = 1024 * 1024
 
 
+
+
+@dataclass
+class Links:
+    """Proxies between gate and the DC and between gate and the source (tests.linkproxy), adding latency."""
+
+    dc: LinkProxy
+    source: LinkProxy
+
+    def set(self, dc_ms: float, source_ms: float) -> None:
+        """Round trips longer by ``dc_ms`` and ``source_ms`` milliseconds (half each way)."""
+        self.dc.delay, self.source.delay = dc_ms / 2000, source_ms / 2000
+
+    def close(self) -> None:
+        self.dc.close()
+        self.source.close()
+
+
+def latencies(option: str | None) -> list[int]:
+    """--dc-latency / --source-latency: comma-separated milliseconds."""
+    return [int(ms) for ms in option.split(",") if ms.strip()] if option else []
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -140,13 +165,18 @@ BENCH_RULES = (ColumnRule("exclude", "bench_b.*.c_blob"), ColumnRule("hash", "be
 
 
 def new_channel(dc: MariaDBServer, source: MariaDBServer, name: str, start: Position | None,
-                defaults: ChannelDefaults, allow: tuple[str, ...], columns: tuple[ColumnRule, ...] = ()) -> None:
+                defaults: ChannelDefaults, allow: tuple[str, ...], columns: tuple[ColumnRule, ...] = (),
+                source_port: int | None = None) -> None:
+    """A channel reading ``source`` (through 127.0.0.1:``source_port``, a proxy, when given)."""
+    config = source.config()
+    if source_port is not None:
+        config = replace(config, host="127.0.0.1", port=source_port)
     with connect(dc.config(), "DC") as conn:
-        create_channel(conn, ChannelSettings(name, source.config(), server_id=4242, allow=allow,
+        create_channel(conn, ChannelSettings(name, config, server_id=4242, allow=allow,
                                              columns=columns, defaults=defaults))
         if start is not None:
             with conn.cursor() as cur:
-                write_start_position(cur, name, start[0], start[1], None, source.address)
+                write_start_position(cur, name, start[0], start[1], None, config.address)
 
 
 def dc_checksum(dc: MariaDBServer, name: str) -> str:
@@ -168,10 +198,10 @@ class GateProcess:
     """scripts/bench/gate_runner.py for one channel, with its tree monitored."""
 
     def __init__(self, dc: MariaDBServer, channel: str, workdir: Path, profile_dir: Path | None = None,
-                 py_spy: Path | None = None) -> None:
+                 py_spy: Path | None = None, dc_port: int | None = None) -> None:
         self.stamp = workdir / f"{channel}.stamp"
         self.log = workdir / f"{channel}.log"
-        cmd = [sys.executable, str(RUNNER), "--dc-port", str(dc.port), "--channel", channel,
+        cmd = [sys.executable, str(RUNNER), "--dc-port", str(dc_port or dc.port), "--channel", channel,
                "--stamp", str(self.stamp), "--no-preflight"]
         if dc.tls.ca:
             cmd += ["--dc-tls-ca", dc.tls.ca]
@@ -238,13 +268,15 @@ class GateProcess:
 def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: int, workdir: Path,
              defaults: ChannelDefaults, allow: tuple[str, ...], timeout: float,
              profile_dir: Path | None = None, py_spy: Path | None = None,
-             columns: tuple[ColumnRule, ...] = ()) -> dict[str, Any]:
-    """gate over [start, end): rows/s from Pipeline.run() to the checkpoint reaching ``end``."""
-    new_channel(box.dc, box.source, channel, start, defaults, allow, columns)
+             columns: tuple[ColumnRule, ...] = (), links: Links | None = None) -> dict[str, Any]:
+    """gate over [start, end): rows/s from Pipeline.run() to the checkpoint reaching ``end``. With ``links``,
+    gate reaches the DC and the source through their proxies (the DC's ceiling is not measured then)."""
+    new_channel(box.dc, box.source, channel, start, defaults, allow, columns,
+                links.source.port if links else None)
     poller = CheckpointPoller(box.dc, channel, end)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
-    gate = GateProcess(box.dc, channel, workdir, profile_dir, py_spy)
+    gate = GateProcess(box.dc, channel, workdir, profile_dir, py_spy, links.dc.port if links else None)
     try:
         poller.start()
         t_run = gate.started_at()
@@ -285,7 +317,7 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
         steady_cpu = {role: round((s - early[1].get(role, 0.0)) / (final_id - early[0]) * 1e6, 2)
                       for role, s in cpu_gate.items()}
     checksum = dc_checksum(box.dc, channel)
-    ceiling = measure_ceiling(box.dc, channel)  # the DC's LOAD DATA rate for these very rows
+    ceiling = None if links else measure_ceiling(box.dc, channel)  # the DC's LOAD DATA rate for these very rows
     drop_channel(box.dc, channel)
     return {
         "dc_checksum": checksum, "ceiling": ceiling,
@@ -304,17 +336,19 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
 # --- lag -------------------------------------------------------------------------------------
 
 def run_lag(box: Sandbox, workdir: Path, seconds: float, rate: int, rows_per_txn: int,
-            defaults: ChannelDefaults) -> dict[str, Any]:
-    channel = "bench_lag_ch"
+            defaults: ChannelDefaults, links: Links | None = None, label: str = "") -> dict[str, Any]:
+    channel = f"bench_lag_ch{label}"
     with box.source.connect() as conn, conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS bench_lag")
         cur.execute("CREATE DATABASE bench_lag")
         cur.execute(LAG_DDL)
         start = master_position(conn)
-    new_channel(box.dc, box.source, channel, start, defaults, ("bench_lag.*",))
+    new_channel(box.dc, box.source, channel, start, defaults, ("bench_lag.*",),
+                source_port=links.source.port if links else None)
     poller = CheckpointPoller(box.dc, channel)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
-    gate = GateProcess(box.dc, channel, workdir)
+    gate = GateProcess(box.dc, channel, workdir, dc_port=links.dc.port if links else None)
     out = workdir / "lag_commits.json"
     try:
         poller.start()
@@ -431,6 +465,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         if spy is not None:
             print(f"[{label}] py-spy output in {spy}")
     gate = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]  # the median run
+    linked = latency_runs(box, key, db, start, end, changed, args, workdir, defaults, label, gate)
     peers, peer_runs = measure_peers(box, key, db, start, changed, args, workdir, label)
     ruled = None
     if args.column_rules and key == "b":
@@ -444,7 +479,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
               f"{gate['rows_per_s']:,.0f} rows/s without; decoder CPU {ruled['cpu_us_per_row'].get('decoder', 0)} "
               f"us/row against {gate['cpu_us_per_row'].get('decoder', 0)} without", flush=True)
     return {
-        "gate_with_column_rules": ruled,
+        "gate_with_column_rules": ruled, "latency": linked,
         "workload": title, "key": key, "rows": changed, "load_rows_per_s": changed / load_s,
         "loadavg_1m_before": load1, "baseline": base, "gate": gate, "gate_runs": runs,
         "peers": peers, "peer_runs": peer_runs,
@@ -454,6 +489,37 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         "steady_cpu_ratio": (gate["steady_cpu_us_per_row_gate"] / base["cpu_us_per_row"]
                              if gate["steady_cpu_us_per_row_gate"] else None),
     }
+
+
+def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position, rows: int,
+                 args: argparse.Namespace, workdir: Path, defaults: ChannelDefaults, label: str,
+                 plain: dict[str, Any]) -> dict[str, Any]:
+    """gate over the same range through the proxies: at 0 ms added, then at each --dc-latency (the source's
+    link at 0) and each --source-latency (the DC's at 0); rows/s as ratios of the 0 ms run through the proxies."""
+    links: Links | None = args.links
+    cases = [("dc", ms) for ms in latencies(args.dc_latency)] + [("source", ms) for ms in latencies(args.source_latency)]
+    if links is None or not cases:
+        return {}
+    figures: dict[str, Any] = {}
+    zero: dict[str, Any] | None = None
+    for link, ms in [("none", 0)] + cases:
+        links.set(ms if link == "dc" else 0, ms if link == "source" else 0)
+        if args.wait_quiet:
+            wait_quiet(args.wait_quiet)
+        name = f"{link} {ms} ms"
+        run = run_gate(box, f"bench_{key}_{link}{ms}", start, end, rows, workdir, defaults, (f"{db}.*",),
+                       timeout=max(600.0, rows / 100), links=links)
+        zero = zero or run
+        run["ratio_to_0ms"] = run["rows_per_s"] / zero["rows_per_s"]
+        run["steady_ratio_to_0ms"] = ((run["steady_rows_per_s"] or 0) / zero["steady_rows_per_s"]
+                                      if zero["steady_rows_per_s"] else None)
+        run["same_rows"] = run["dc_checksum"] == plain["dc_checksum"]
+        figures[name] = run
+        print(f"[{label}] gate, {name} added on the {link} link: {run['rows']} rows in {run['seconds']:.2f} s = "
+              f"{run['rows_per_s']:,.0f} rows/s, {run['ratio_to_0ms']:.2f} of 0 ms through the proxies "
+              f"(steady {run['steady_rows_per_s'] or 0:,.0f}); DC rows identical: {run['same_rows']}", flush=True)
+    links.set(0, 0)
+    return figures
 
 
 def measure_peers(box: Sandbox, key: str, db: str, start: Position, rows: int, args: argparse.Namespace,
@@ -497,6 +563,26 @@ def run_tls(workdir: Path, keys: list[str], rows: dict[str, int], args: argparse
         box.down()
 
 
+def latency_report(results: dict[str, Any]) -> str:
+    """gate's rows/s over links with added latency, as ratios of the 0 ms run through the same proxies."""
+    targets = {"a": 0.9, "b": 0.8, "c": 0.9}
+    lines = ["workload                         link, RTT added    rows/s  of 0 ms  target  same DC rows  "
+             "steady of 0 ms  first checkpoint s"]
+    for key, r in results["workloads"].items():
+        for name, run in (r.get("latency") or {}).items():
+            target = "" if name.startswith("none") else f">= {targets[key]}"
+            ok = "" if not target else ("PASS" if run["ratio_to_0ms"] >= targets[key] else "FAIL")
+            lines.append(f"{r['workload']:<32} {name:<16} {run['rows_per_s']:>9,.0f} {run['ratio_to_0ms']:>8.2f}  "
+                         f"{target:<6} {ok:<4}  {str(run['same_rows']):<12}  "
+                         f"{run['steady_ratio_to_0ms'] or 0:>14.2f}  {run['startup_s'] or 0:>18.2f}")
+    for name, lag in (results.get("lag_latency") or {}).items():
+        bound = lag["rtt_added_ms"] / 1000 + 1
+        lines.append(f"lag at {lag['source_rows_per_s']:,.0f} rows/s, {name}: p50 {lag['lag_p50_s']:.3f} s, p99 "
+                     f"{lag['lag_p99_s']:.3f} s (target < {bound:.1f} s: {'PASS' if lag['lag_p99_s'] < bound else 'FAIL'})"
+                     f", max {lag['lag_max_s']:.3f} s")
+    return "\n".join(lines)
+
+
 def tls_report(results: dict[str, Any]) -> str:
     """gate's rows/s and CPU per row in plaintext and over TLS, per workload."""
     lines = ["workload                         plaintext rows/s  TLS rows/s  ratio   CPU us/row plain  TLS   ratio"]
@@ -537,6 +623,11 @@ def main() -> int:
     parser.add_argument("--peers", default=",".join(peers_harness.PEERS),
                         help="peers read each workload's range too: comma-separated subset of debezium,maxwell, "
                              "or 'none' (default: both; their artifacts come from scripts/setup.sh)")
+    parser.add_argument("--dc-latency", metavar="MS[,MS...]",
+                        help="also run each workload (and the lag load) with MS milliseconds added to each round trip "
+                             "to the DC, through a proxy; rates printed as ratios of the 0 ms run through it")
+    parser.add_argument("--source-latency", metavar="MS[,MS...]",
+                        help="the same with the latency on the link to the source")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
@@ -578,9 +669,12 @@ def main() -> int:
             print(f"peer {name} not measured: {exc}", flush=True)
     keep = args.keep or bool(args.profile) or bool(args.py_spy)
     box = Sandbox(workdir / "sandbox", with_standby=False, tied_to_parent=True)
+    args.links = None
     try:
         try:
             box.up()
+            if args.dc_latency or args.source_latency:
+                args.links = Links(LinkProxy(box.dc.port), LinkProxy(box.source.port))
             if args.peer_classpaths:
                 peers_harness.ensure_user(box.source)
             for key in ("a", "b", "c"):
@@ -591,12 +685,24 @@ def main() -> int:
                 results["lag"] = lag
                 print(f"[lag] {lag['rows']} rows at {lag['source_rows_per_s']:,.0f} rows/s: p50 {lag['lag_p50_s']:.3f} s, "
                       f"p99 {lag['lag_p99_s']:.3f} s, max {lag['lag_max_s']:.3f} s", flush=True)
+                for link, ms in ([("dc", ms) for ms in latencies(args.dc_latency)]
+                                 + [("source", ms) for ms in latencies(args.source_latency)]):
+                    args.links.set(ms if link == "dc" else 0, ms if link == "source" else 0)
+                    linked = run_lag(box, workdir, lag_seconds, args.lag_rate, 100, defaults, args.links, f"_{link}{ms}")
+                    linked["rtt_added_ms"], linked["link"] = ms, link
+                    results.setdefault("lag_latency", {})[f"{link} {ms} ms"] = linked
+                    print(f"[lag] {ms} ms added on the {link} link: p50 {linked['lag_p50_s']:.3f} s, p99 "
+                          f"{linked['lag_p99_s']:.3f} s (target < {ms / 1000 + 1:.1f} s), max {linked['lag_max_s']:.3f} s",
+                          flush=True)
+                args.links and args.links.set(0, 0)
             if "memory" in only:  # scripts/bench/memory.py: one channel idle, at 600 rows/s, saturated
                 from memory import run_memory
 
                 results["memory"] = run_memory(box, workdir, defaults, **({"seconds": 10, "idle_seconds": 5,
                                                                             "burst_rows": 30_000} if quick else {}))
         finally:
+            if args.links is not None:
+                args.links.close()
             box.down()
         if args.tls:
             results["tls_workloads"] = run_tls(workdir, [k for k in ("a", "b", "c") if k in only], rows, args,
@@ -616,6 +722,8 @@ def main() -> int:
         print("\n" + peers_report(results))
     if results.get("tls_workloads"):
         print("\n" + tls_report(results))
+    if any(w.get("latency") for w in results["workloads"].values()) or results.get("lag_latency"):
+        print("\n" + latency_report(results))
     if results.get("memory"):
         from memory import memory_report
 
