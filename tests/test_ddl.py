@@ -483,6 +483,7 @@ CORPUS: list[tuple[str, str, tuple[str, str, str, dict[str, Any]]]] = [
                 {"field_name": "te", "data_type": "timestamp(6)"},
             ],
             "OTHERS": ["ADD PERIOD FOR SYSTEM_TIME(ts, te)", "ADD SYSTEM VERSIONING", "DROP CONSTRAINT chk_a"],
+            "ROWS_WITHOUT_EVENTS": [{"dbname": "app", "tablename": "t", "by": "ADD SYSTEM VERSIONING"}],
         }),
     ),
     # --- renames ---

@@ -102,6 +102,8 @@ EVENT_TYPES: dict[int, EventType] = {
     160: EventType("Annotate_rows", False, "the statement text of the row events that follow "
                    "(binlog_annotate_row_events): the rows are what gate reads"),
     161: EventType("Binlog_checkpoint", False, "the server's crash-recovery marker: no change"),
+    164: EventType("Start_encryption", False, "the start of an encrypted binlog file (encrypt_binlog): the server "
+                   "decrypts the events it sends a replica, so the ones that follow are plain; no change"),
     163: EventType("Gtid_list", False, "the GTID state at the start of a binlog file: no change (gate keeps its "
                    "own from the Gtid events)"),
 }
@@ -111,7 +113,6 @@ _OTHER_NAMES = {
     12: "New_load", 17: "Begin_load_query", 18: "Execute_load_query", 20: "Write_rows_event_old",
     21: "Update_rows_event_old", 22: "Delete_rows_event_old", 26: "Incident", 28: "Ignorable log event",
     36: "Transaction_context", 37: "View_change", 39: "Partial_update_rows", 40: "Transaction_payload",
-    164: "Start_encryption",
 }
 _TXN_CONTROL = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA END")
 _XA_STATEMENT = re.compile(r"XA\s+(START|BEGIN|COMMIT|ROLLBACK)\s+X'([0-9A-Fa-f]*)',X'([0-9A-Fa-f]*)',(\d+)\s*$", re.I)
