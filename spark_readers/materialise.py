@@ -59,7 +59,7 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 
 from gate.common.errors import GateError, InvalidValue, MaterialiseError
 from spark_readers import driver_commits
-from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
+from spark_readers.delta_jars import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
 from spark_readers.image import STATE, Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import (
     ALIVE,
@@ -243,7 +243,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     # (4.16 s against 4.75 s, median of 5); past PARTITION_ROWS per core, in one partition per PARTITION_ROWS. A
     # rebuild or a larger update keeps the session's shuffle settings.
     # Outside UTC, commits check their checksum's file list at checkpoints only, as in UTC
-    # (spark_readers.delta.CRC_CHECK_ON_NON_UTC).
+    # (spark_readers.delta_jars.CRC_CHECK_ON_NON_UTC).
     conf, cores, new = {SNAPSHOT_PARTITIONS: "1"}, spark.sparkContext.defaultParallelism, through[0] - watermark
     if spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None:
         conf[CRC_CHECK_ON_NON_UTC] = "false"

@@ -21,8 +21,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from gate.common.config import ServerConfig, check_identifier
-from spark_readers.delta import SETTINGS as DELTA_SETTINGS
-from spark_readers.delta import delta_jars
+from spark_readers.delta_jars import SETTINGS as DELTA_SETTINGS
+from spark_readers.delta_jars import delta_jars
 from spark_readers.jvm_source import source_jar
 from spark_readers.source import register
 
@@ -79,7 +79,7 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
     path (:func:`_local_disk`).
 
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
-    the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
+    the gate source's jar there too: spark_readers.delta_jars, spark_readers.jvm_source); otherwise the master
     defaults to ``local[2]``, ``jars``, the gate source's jar and the Delta jars are added and Python workers
     use this Python (unless PYSPARK_PYTHON says otherwise). With a ``local`` master the driver binds to
     127.0.0.1 (SPARK_LOCAL_IP, unless already set).

@@ -2,7 +2,7 @@
 properties of an image.
 
 The jars (io.delta:delta-spark_2.13 and its dependencies) are fetched once, by ``scripts/setup.sh``
-(``python -m spark_readers.delta``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
+(``python -m spark_readers.delta_jars``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
 one folder per Delta version. Sessions then take them from there (``spark.jars``): no network.
 """
 
@@ -66,7 +66,7 @@ def delta_jars() -> list[str]:
     jars = sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
     if not any(Path(j).name.startswith("delta-spark_") for j in jars):
         raise MaterialiseError(f"The Delta Lake jars ({PACKAGE}) are not in {folder}: run scripts/setup.sh (or "
-                               "python -m spark_readers.delta) once with access to Maven Central.")
+                               "python -m spark_readers.delta_jars) once with access to Maven Central.")
     return jars
 
 
