@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pyspark
 from delta.tables import DeltaTable
+from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
-from gate.common.errors import MaterialiseError
+from gate.common.errors import DeltaUnavailable, MaterialiseError
 
 DELTA_VERSION = "4.4.0"  # io.delta:delta-spark_2.13 on Maven Central, built for Spark 4.2.0 (pinned in pyproject.toml)
 PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
@@ -68,6 +69,24 @@ def delta_jars() -> list[str]:
         raise MaterialiseError(f"The Delta Lake jars ({PACKAGE}) are not in {folder}: run scripts/setup.sh (or "
                                "python -m spark_readers.delta_jars) once with access to Maven Central.")
     return jars
+
+
+def require_delta(spark: SparkSession) -> None:
+    """Refuse a session without Delta Lake's jars or without its two :data:`SETTINGS` (a spark-submit job that
+    lacks them), naming what to add: without the jars, an image job would fail later with a riddle (in a
+    ``foreachBatch``: ``TypeError: 'JavaPackage' object is not callable``)."""
+    missing = []
+    if not isinstance(spark._jvm.io.delta.tables.DeltaTable, JavaClass):  # type: ignore[union-attr]
+        missing.append("its jars are not on the class path")
+    for key, value in SETTINGS.items():
+        if value not in (spark.conf.get(key, None) or "").replace(" ", "").split(","):
+            missing.append(f"{key} is not {value}")
+    if missing:
+        settings = " ".join(f"--conf {key}={value}" for key, value in SETTINGS.items())
+        raise DeltaUnavailable(
+            f"This Spark session has no Delta Lake, which table images are written with: {'; '.join(missing)}. "
+            f"Give the job Delta's jars, --packages {PACKAGE} (or --jars with the jars in {jar_dir()}, which "
+            f"scripts/setup.sh fetches), and its settings, {settings}.")
 
 
 def with_deletion_vectors(spark: SparkSession, url: str) -> None:
