@@ -2,8 +2,9 @@
 properties of an image.
 
 The jars (io.delta:delta-spark_2.13 and its dependencies) are fetched once, by ``scripts/setup.sh``
-(``python -m spark_readers.delta_jars``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
-one folder per Delta version. Sessions then take them from there (``spark.jars``): no network.
+(``python -m spark_readers.delta_jars``, which prints them for spark-submit's ``--jars``), into :func:`jar_dir`:
+``$GATE_JARS`` or ``~/.cache/gate/jars``, one folder per Delta version. Sessions then take them from there
+(``spark.jars``): no network.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def fetch() -> Path:
 
 
 def main() -> None:
-    """Fetch the Delta jars unless they are there already; print their folder."""
+    """Fetch the Delta jars unless they are there already; print their paths, comma-separated (for ``--jars``)."""
     try:
         delta_jars()
     except MaterialiseError:
@@ -149,7 +150,7 @@ def main() -> None:
             sys.exit(f"error: could not fetch {PACKAGE} from Maven Central into {jar_dir()}: {exc}\n"
                      "Check the network (or a proxy: Ivy takes -Dhttps.proxyHost through JAVA_TOOL_OPTIONS), "
                      "then run scripts/setup.sh again.")
-    print(jar_dir())
+    print(",".join(delta_jars()))
 
 
 if __name__ == "__main__":
