@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyspark
 from delta.tables import DeltaTable
-from py4j.java_gateway import JavaClass
+from py4j.java_gateway import JavaClass, JVMView
 from pyspark.sql import SparkSession
 
 from gate.common.errors import DeltaUnavailable, MaterialiseError
@@ -72,12 +72,17 @@ def delta_jars() -> list[str]:
     return jars
 
 
+def on_class_path(jvm: JVMView) -> bool:
+    """Whether the JVM has Delta Lake's classes."""
+    return isinstance(jvm.io.delta.tables.DeltaTable, JavaClass)
+
+
 def require_delta(spark: SparkSession) -> None:
     """Refuse a session without Delta Lake's jars or without its two :data:`SETTINGS` (a spark-submit job that
     lacks them), naming what to add: without the jars, an image job would fail later with a riddle (in a
     ``foreachBatch``: ``TypeError: 'JavaPackage' object is not callable``)."""
     missing = []
-    if not isinstance(spark._jvm.io.delta.tables.DeltaTable, JavaClass):  # type: ignore[union-attr]
+    if not on_class_path(spark._jvm):
         missing.append("its jars are not on the class path")
     for key, value in SETTINGS.items():
         if value not in (spark.conf.get(key, None) or "").replace(" ", "").split(","):

@@ -112,8 +112,8 @@ main(["shop", "--increments", sys.argv[1] + "/none", "--out", sys.argv[1] + "/im
 
 
 def test_an_image_job_without_deltas_jars_says_what_to_add(tmp_path: Path) -> None:
-    """Under spark-submit with only Connector/J: the updater made in the job's session (no Delta settings
-    either), then the module's job in a session of its own (spark_session() gives the settings)."""
+    """Under spark-submit with only Connector/J: the updater made in the job's session, then the module's job in a
+    session of its own (which spark_session() gives no Delta settings without Delta's jars)."""
     (tmp_path / "driver.py").write_text(DRIVER)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run([str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[1]",
@@ -125,9 +125,9 @@ def test_an_image_job_without_deltas_jars_says_what_to_add(tmp_path: Path) -> No
            "DeltaCatalog.")
     refused = "This Spark session has no Delta Lake, which table images are written with: "
     lines = done.stdout.splitlines()  # spark-submit gives the driver's stderr as its stdout
-    assert lines[0] == (f"ImageUpdater: {refused}its jars are not on the class path; spark.sql.extensions is not "
-                        "io.delta.sql.DeltaSparkSessionExtension; spark.sql.catalog.spark_catalog is not "
-                        f"org.apache.spark.sql.delta.catalog.DeltaCatalog. {add}")
-    assert f"error: {refused}its jars are not on the class path. {add}" in lines
+    missing = ("its jars are not on the class path; spark.sql.extensions is not io.delta.sql.DeltaSparkSessionExtension;"
+               " spark.sql.catalog.spark_catalog is not org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    assert lines[0] == f"ImageUpdater: {refused}{missing}. {add}"
+    assert f"error: {refused}{missing}. {add}" in lines
     assert done.returncode == 1
     assert not (tmp_path / "image").exists()
