@@ -82,7 +82,7 @@ fi
 
 # Delta Lake's jars (the table images of gate spark-materialise): fetched once from Maven Central into
 # ~/.cache/gate/jars (or $GATE_JARS); Spark sessions take them from there, so demo and tests need no network.
-if ! .venv/bin/python -m spark_readers.delta >/dev/null; then
+if ! .venv/bin/python -m spark_readers.delta_jars >/dev/null; then
     echo "setup: could not fetch the Delta Lake jars from Maven Central (see the error above); the table images" \
          "need them: run scripts/setup.sh again once Maven Central is reachable" >&2
     exit 1

@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from gate.common.config import check_identifier
 from gate.common.errors import MaterialiseError
 from spark_readers import driver_commits
-from spark_readers.delta import image_table_options
+from spark_readers.delta_jars import image_table_options, require_delta
 from spark_readers.load import OutputDir
 from spark_readers.session import session_conf
 
@@ -104,7 +104,7 @@ class Commit:
         return json.dumps({"channel": self.channel, "watermark": {"id": self.watermark[0], "tid": self.watermark[1]}})
 
     def writer_options(self, deletion_vectors: bool = True) -> dict[str, str]:
-        """Options of a DataFrame write of this commit (spark_readers.delta.image_table_options's properties)."""
+        """Options of a DataFrame write of this commit (spark_readers.delta_jars.image_table_options's properties)."""
         return {"txnAppId": self.app_id, "txnVersion": str(self.watermark[0]), "userMetadata": self.metadata,
                 **image_table_options(deletion_vectors)}
 
@@ -137,9 +137,11 @@ def committed(spark: SparkSession, url: str, commit: Commit, before: tuple[int, 
 
 
 class ImageStore:
-    """One image directory: its current image, its tables' folders and the state's commits."""
+    """One image directory: its current image, its tables' folders and the state's commits; refused in a session
+    without Delta Lake (spark_readers.delta_jars.require_delta)."""
 
     def __init__(self, spark: SparkSession, path: str) -> None:
+        require_delta(spark)
         self.spark = spark
         self.out = OutputDir(spark, path)
 

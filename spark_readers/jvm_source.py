@@ -22,7 +22,7 @@ from pathlib import Path
 import pyspark
 
 from gate.common.errors import JvmSourceUnavailable
-from spark_readers.delta import jar_dir
+from spark_readers.delta_jars import jar_dir
 from spark_readers.rows import ROW_SCHEMA
 
 SOURCES = Path(__file__).with_name("jvm") / "src" / "main"

@@ -60,7 +60,7 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 from gate.common.columns import parse_keys
 from gate.common.errors import GateError, MaterialiseError
 from spark_readers import driver_commits
-from spark_readers.delta import CRC_CHECK_ON_NON_UTC, with_deletion_vectors
+from spark_readers.delta_jars import CRC_CHECK_ON_NON_UTC, require_delta, with_deletion_vectors
 from spark_readers.image import STATE, Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import (
     ALIVE,
@@ -75,7 +75,7 @@ from spark_readers.image_types import (
     quoted,
     stored_columns,
 )
-from spark_readers.load import OutputDir, read_cursor, read_increments
+from spark_readers.load import CURSOR_FILE, OutputDir, read_cursor, read_increments
 from spark_readers.rows import ROW_OPTYPES
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf, spark_job
 from spark_readers.source import Channel, settings
@@ -244,7 +244,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
     # (4.16 s against 4.75 s, median of 5); past PARTITION_ROWS per core, in one partition per PARTITION_ROWS. A
     # rebuild or a larger update keeps the session's shuffle settings.
     # Outside UTC, commits check their checksum's file list at checkpoints only, as in UTC
-    # (spark_readers.delta.CRC_CHECK_ON_NON_UTC).
+    # (spark_readers.delta_jars.CRC_CHECK_ON_NON_UTC).
     conf, cores, new = {SNAPSHOT_PARTITIONS: "1"}, spark.sparkContext.defaultParallelism, through[0] - watermark
     if spark.conf.get(CRC_CHECK_ON_NON_UTC, None) is None:
         conf[CRC_CHECK_ON_NON_UTC] = "false"
@@ -386,6 +386,10 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
         version, count = committed(spark, url, commit)
         tables[table.name] = TableImage(path, final, pk, count, table.complete, table.snapshot, version, types)
     latest.unpersist()
+    # A table skipped before stays reported until an update images it: here, one the history does not name
+    named = {epoch.name for table in tables_of.tables for epoch in table.epochs}
+    skipped = {**{name: why for name, why in (start.skipped if start else {}).items()
+                  if tuple(name.split(".", 1)) not in named}, **skipped}
     return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped,
                  typing=asdict(typing) if typing else None)
 
@@ -401,8 +405,11 @@ def materialise(spark: SparkSession, increments: str, out_path: str, channel: st
                 keys: dict[str, list[str]] | None = None, full: bool = False,
                 typing: Typing | None = None) -> Materialised:
     """Bring the image in ``out_path`` up to the rows loaded into ``increments`` (by spark_readers.load);
-    ``typing``: the channel's (:func:`read_typing`), else the image's, else string columns."""
-    cursor = read_cursor(OutputDir(spark, increments), channel)
+    ``channel``: the increments' (their cursor names it) unless given; ``typing``: the channel's
+    (:func:`read_typing`), else the image's, else string columns."""
+    out = OutputDir(spark, increments)
+    cursor = read_cursor(out, channel)
+    channel = channel or (out.read_json(CURSOR_FILE) or {}).get("channel")
     return update_image(spark, out_path, lambda after: read_increments(spark, increments, channel, after),
                         (cursor.id, cursor.tid), channel, keys, full, typing=typing)
 
@@ -427,6 +434,19 @@ def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: 
     return update_image(spark, out_path, rows_after, through, given.login.channel, keys, full, typing=typing)
 
 
+def materialise_job(spark: SparkSession, source: dict[str, str], out_path: str, increments: str | None = None,
+                    keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
+    """The image job of ``gate spark-materialise`` and ``python -m spark_readers.materialise`` (also under
+    spark-submit): the image in ``out_path`` of the channel ``source`` names (the options of ``format("gate")``),
+    typed with the channel's settings, brought up to its checkpoint from the DC, or with ``increments`` up to
+    the rows spark_readers.load loaded there."""
+    require_delta(spark)
+    if increments is None:
+        return materialise_channel(spark, source, out_path, keys, full)
+    return materialise(spark, increments, out_path, settings(source).login.channel, keys, full,
+                       typing=read_typing(source))
+
+
 class ImageUpdater:
     """A ``foreachBatch`` function that applies each micro-batch of a ``format("gate")`` stream to the image
     in ``out_path``::
@@ -438,11 +458,14 @@ class ImageUpdater:
     it, the image's typing is used, else columns are strings. Exactly once: a batch Spark replays after a
     crash holds rows at or below the image's watermark and changes nothing. The stream must continue the
     image: start it at the row after the watermark (``startingId``); a batch that leaves a gap after the
-    watermark is refused.
+    watermark is refused. A session without Delta Lake is refused when the updater is made in it, or at its
+    first micro-batch (spark_readers.delta_jars.require_delta).
     """
 
     def __init__(self, out_path: str, channel: str | None = None, keys: dict[str, list[str]] | None = None,
                  source: dict[str, str] | None = None) -> None:
+        if (active := SparkSession.getActiveSession()) is not None:
+            require_delta(active)
         self.out_path = out_path
         self.channel = channel
         self.keys = keys or {}
@@ -472,18 +495,23 @@ class ImageUpdater:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m spark_readers.materialise --increments DIR --out DIR [--key DB.TABLE=COL,...]``."""
+    """``python -m spark_readers.materialise CHANNEL --out DIR [--increments DIR]``: the image job of ``gate
+    spark-materialise`` (:func:`materialise_job`); the DC server comes from gate's config.yaml."""
     parser = argparse.ArgumentParser(prog="spark_readers.materialise", description=main.__doc__)
-    parser.add_argument("--increments", required=True, help="the output directory of spark_readers.load")
+    parser.add_argument("channel")
     parser.add_argument("--out", required=True, help="the image directory (created or updated)")
+    parser.add_argument("--increments", help="the output directory of spark_readers.load [default: read the "
+                        "channel in the DC]")
     parser.add_argument("--key", action="append", default=[], help="DB.TABLE=COL[,COL...] (repeatable)")
     parser.add_argument("--full", action="store_true", help="rebuild from the whole history")
+    parser.add_argument("--config", help="gate's config.yaml [default: $GATE_CONFIG, else ./config.yaml]")
     parser.add_argument("--master", help="Spark master URL [default: spark-submit's, else local[2]]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    source = {"channel": args.channel, **({"config": args.config} if args.config else {})}
     try:
         with spark_job(args.master) as spark:
-            result = materialise(spark, args.increments, args.out, keys=parse_keys(args.key), full=args.full)
+            result = materialise_job(spark, source, args.out, args.increments, parse_keys(args.key), args.full)
     except GateError as exc:
         sys.exit(f"error: {exc}")
     for table, count in sorted(result.tables.items()):

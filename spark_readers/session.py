@@ -21,8 +21,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from gate.common.config import CONNECT_TIMEOUT, READ_TIMEOUT, ServerConfig, check_identifier
-from spark_readers.delta import SETTINGS as DELTA_SETTINGS
-from spark_readers.delta import delta_jars
+from spark_readers.delta_jars import SETTINGS as DELTA_SETTINGS
+from spark_readers.delta_jars import delta_jars, on_class_path
 from spark_readers.gate_format import register
 from spark_readers.jvm_source import source_jar
 
@@ -85,7 +85,8 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
     path (:func:`_local_disk`).
 
     Under spark-submit, ``master`` None keeps its master and its ``--jars`` are used (give the Delta jars and
-    the gate source's jar there too: spark_readers.delta, spark_readers.jvm_source); otherwise the master
+    the gate source's jar there too: spark_readers.delta_jars, spark_readers.jvm_source), and Delta's settings are
+    given only when its jars are there (a JDBC load needs none); otherwise the master
     defaults to ``local[2]``, ``jars``, the gate source's jar and the Delta jars are added and Python workers
     use this Python (unless PYSPARK_PYTHON says otherwise). With a ``local`` master the driver binds to
     127.0.0.1 (SPARK_LOCAL_IP, unless already set).
@@ -105,8 +106,9 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
                 builder = builder.config("spark.driver.extraClassPath", source_jar())
                 for key, value in LOCAL_DISK.items():
                     builder = builder.config(key, value)
-    for key, value in DELTA_SETTINGS.items():
-        builder = builder.config(key, value)
+    if _delta_given():
+        for key, value in DELTA_SETTINGS.items():
+            builder = builder.config(key, value)
     spark = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
@@ -115,6 +117,16 @@ def spark_session(master: str | None = None, app_name: str = "gate-spark-readers
         spark.conf.set(SNAPSHOT_PARTITIONS, str(min(50, spark.sparkContext.defaultParallelism)))
     register(spark)
     return spark
+
+
+def _delta_given() -> bool:
+    """Whether the session gets Delta's settings: always, unless spark-submit started the JVM without Delta's
+    classes, whose catalog setting would then fail every query (image jobs refuse such a session by name:
+    spark_readers.delta_jars.require_delta)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return True
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    return on_class_path(SparkContext._jvm)
 
 
 def _local_disk(master: str) -> bool:

@@ -32,7 +32,8 @@ PAGES = sorted(DOCS.rglob("*.md"))
 sys.path.insert(0, str(ROOT / "scripts" / "docs"))
 import gen_tables  # noqa: E402  (the site's build hooks live in scripts/docs/)
 
-_FENCE = re.compile(r"(?:<!-- docs-test: (run|run on a channel|not run \([^)]+\)) -->\n)?^```(\w*)\n(.*?)^```$", re.M | re.S)
+_FENCE = re.compile(r"(?:<!-- docs-test: (run|run on a channel|run on a cluster|not run \([^)]+\)) -->\n)?"
+                    r"^```(\w*)\n(.*?)^```$", re.M | re.S)
 
 
 def blocks() -> list[tuple[str, str, str, str]]:
@@ -136,9 +137,13 @@ def test_a_command_line_with_a_wrong_option_does_not_parse() -> None:
 RUN = [(where, lang, code) for where, marker, lang, code in BLOCKS if marker == "run"]
 
 
-def test_python_blocks_are_run_or_say_why_not() -> None:
-    unmarked = [where for where, marker, lang, _ in BLOCKS if lang == "python" and not marker]
-    assert unmarked == [], "mark each python block '<!-- docs-test: run -->' or '<!-- docs-test: not run (why) -->'"
+def test_python_and_shell_blocks_are_run_or_say_why_not() -> None:
+    """Each is run (a shell recipe 'run on a cluster': tests/test_docs_recipes.py) or says why not."""
+    unmarked = [where for where, marker, lang, _ in BLOCKS if lang in ("python", "sh") and not marker]
+    assert unmarked == [], "mark each python and sh block '<!-- docs-test: run -->' or '<!-- docs-test: not run (why) -->'"
+    misplaced = [where for where, marker, lang, _ in BLOCKS
+                 if (marker, lang) in (("run on a channel", "sh"), ("run on a cluster", "python"))]
+    assert misplaced == [], "'run on a channel' runs python blocks, 'run on a cluster' shell recipes"
     assert len(RUN) >= 3
 
 

@@ -23,7 +23,7 @@ import spark_readers.materialise
 from gate.common.dc import connect
 from gate.devtools.sandbox import Sandbox
 from gate.devtools.synthetic import SyntheticChannel
-from spark_readers.delta import CRC_CHECK_ON_NON_UTC, image_table_options
+from spark_readers.delta_jars import CRC_CHECK_ON_NON_UTC, image_table_options
 from spark_readers.image import STATE, ImageStore
 from spark_readers.materialise import ImageUpdater, materialise_channel
 from spark_readers.session import SNAPSHOT_PARTITIONS, session_conf
@@ -219,7 +219,7 @@ def test_an_update_in_a_session_outside_utc_skips_deltas_replay_after_each_commi
                                                                                    spark_commits: None) -> None:
     """When the session's (or the JVM's) time zone is not UTC, Delta checks the file list in each commit's checksum
     by replaying the table's log after the commit (in UTC only at checkpoints). An update's commits by Spark check at
-    checkpoints only (spark_readers.delta.CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after
+    checkpoints only (spark_readers.delta_jars.CRC_CHECK_ON_NON_UTC): no table it commits has its state rebuilt after
     the commit, and the rows are the same.
     A session that sets the check keeps it."""
     channel, source = twenty_rows(sandbox, unique_name)

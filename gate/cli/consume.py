@@ -225,18 +225,14 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
         gate spark-materialise shop --out /data/gate/shop_now --database lake
     """
     from spark_readers.image import register_tables
-    from spark_readers.materialise import materialise, materialise_channel, parse_keys, read_typing
+    from spark_readers.materialise import materialise_job, parse_keys
     from spark_readers.session import spark_job
 
     check_identifier(channel, "Channel name")
     source = {"channel": channel, **({"config": str(app.config.path.resolve())} if app.config.path else
                                      {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})}
     with spark_job(master) as spark:
-        if increments is not None:
-            result = materialise(spark, increments, out, channel=channel, keys=parse_keys(keys), full=full,
-                                 typing=read_typing(source))
-        else:
-            result = materialise_channel(spark, source, out, keys=parse_keys(keys), full=full)
+        result = materialise_job(spark, source, out, increments, parse_keys(keys), full)
         if database is not None:
             register_tables(spark, out, database)
     if app.as_json:

@@ -192,6 +192,10 @@ class MaterialiseError(GateError):
     """The output directory is not one materialise may replace."""
 
 
+class DeltaUnavailable(MaterialiseError):
+    """The Spark session of an image job lacks Delta Lake: its jars, or the two settings that install it."""
+
+
 class JvmSourceUnavailable(GateError):
     """The jar of the JVM format("gate") (spark_readers/jvm) is not built and cannot be built here."""
 

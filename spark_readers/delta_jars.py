@@ -2,8 +2,9 @@
 properties of an image.
 
 The jars (io.delta:delta-spark_2.13 and its dependencies) are fetched once, by ``scripts/setup.sh``
-(``python -m spark_readers.delta``), into :func:`jar_dir`: ``$GATE_JARS`` or ``~/.cache/gate/jars``,
-one folder per Delta version. Sessions then take them from there (``spark.jars``): no network.
+(``python -m spark_readers.delta_jars``, which prints them for spark-submit's ``--jars``), into :func:`jar_dir`:
+``$GATE_JARS`` or ``~/.cache/gate/jars``, one folder per Delta version. Sessions then take them from there
+(``spark.jars``): no network.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pyspark
 from delta.tables import DeltaTable
+from py4j.java_gateway import JavaClass, JVMView
 from pyspark.sql import SparkSession
 
-from gate.common.errors import MaterialiseError
+from gate.common.errors import DeltaUnavailable, MaterialiseError
 
 DELTA_VERSION = "4.4.0"  # io.delta:delta-spark_2.13 on Maven Central, built for Spark 4.2.0 (pinned in pyproject.toml)
 PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
@@ -66,8 +68,31 @@ def delta_jars() -> list[str]:
     jars = sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
     if not any(Path(j).name.startswith("delta-spark_") for j in jars):
         raise MaterialiseError(f"The Delta Lake jars ({PACKAGE}) are not in {folder}: run scripts/setup.sh (or "
-                               "python -m spark_readers.delta) once with access to Maven Central.")
+                               "python -m spark_readers.delta_jars) once with access to Maven Central.")
     return jars
+
+
+def on_class_path(jvm: JVMView) -> bool:
+    """Whether the JVM has Delta Lake's classes."""
+    return isinstance(jvm.io.delta.tables.DeltaTable, JavaClass)
+
+
+def require_delta(spark: SparkSession) -> None:
+    """Refuse a session without Delta Lake's jars or without its two :data:`SETTINGS` (a spark-submit job that
+    lacks them), naming what to add: without the jars, an image job would fail later with a riddle (in a
+    ``foreachBatch``: ``TypeError: 'JavaPackage' object is not callable``)."""
+    missing = []
+    if not on_class_path(spark._jvm):
+        missing.append("its jars are not on the class path")
+    for key, value in SETTINGS.items():
+        if value not in (spark.conf.get(key, None) or "").replace(" ", "").split(","):
+            missing.append(f"{key} is not {value}")
+    if missing:
+        settings = " ".join(f"--conf {key}={value}" for key, value in SETTINGS.items())
+        raise DeltaUnavailable(
+            f"This Spark session has no Delta Lake, which table images are written with: {'; '.join(missing)}. "
+            f"Give the job Delta's jars, --packages {PACKAGE} (or --jars with the jars in {jar_dir()}, which "
+            f"scripts/setup.sh fetches), and its settings, {settings}.")
 
 
 def with_deletion_vectors(spark: SparkSession, url: str) -> None:
@@ -120,7 +145,7 @@ def fetch() -> Path:
 
 
 def main() -> None:
-    """Fetch the Delta jars unless they are there already; print their folder."""
+    """Fetch the Delta jars unless they are there already; print their paths, comma-separated (for ``--jars``)."""
     try:
         delta_jars()
     except MaterialiseError:
@@ -130,7 +155,7 @@ def main() -> None:
             sys.exit(f"error: could not fetch {PACKAGE} from Maven Central into {jar_dir()}: {exc}\n"
                      "Check the network (or a proxy: Ivy takes -Dhttps.proxyHost through JAVA_TOOL_OPTIONS), "
                      "then run scripts/setup.sh again.")
-    print(jar_dir())
+    print(",".join(delta_jars()))
 
 
 if __name__ == "__main__":
