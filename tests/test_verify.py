@@ -16,7 +16,8 @@ from gate.common import checksum
 from gate.common.config import ChannelDefaults
 from gate.consume.client import Consumer
 from gate.devtools.sandbox import Sandbox
-from tests.replay import make_channel, running, wait_caught_up
+from spark_readers.rows import to_batch
+from tests.replay import dc_rows, fresh_target, make_channel, replay, running, wait_caught_up
 
 SMALL = ChannelDefaults(snapshot_chunk_rows=40, snapshot_chunk_seconds=0.01, batch_rows=50)
 
@@ -124,6 +125,25 @@ def test_verify_while_writes_go_on_then_rows_changed_behind_gates_back(sandbox: 
                             image[str(change.new["id"])] = change.new
         # every chunk of the healthy verification and all but the two differing ones of the second
         assert checked == table["chunks"] * 2 - 2 + (healthy["tables"][0]["chunks"] - table["chunks"])
+
+        # readers that do not know VERIFY pass it: the Spark rows (an empty ddl), the replay, gate tail
+        rows = dc_rows(sandbox.dc, unique_name)
+        verify_rows = [r for r in rows if r[6] == "VERIFY"]
+        batch = to_batch([(*r[:4], int(r[4].timestamp()), *r[5:]) for r in rows]).to_pylist()
+        passed = [r for r in batch if r["optype"] == "VERIFY"]
+        assert len(passed) == len(verify_rows) and all(r["new"] is None and r["old"] is None for r in passed)
+        assert all(value is None for value in passed[0]["ddl"].values())
+        with fresh_target(sandbox.dc, db) as target, target.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
+            replay(rows, target)
+            cur.execute(f"SELECT * FROM `{db}`.t WHERE id IN (5, 77) ORDER BY id")
+            assert cur.fetchall() == ((5, "v5", 5), (77, "v77", 77))  # the DC's fold, as gate verify named it
+        first = json.loads(verify_rows[0][7])["VERIFY"]
+        tail = gate("tail", unique_name, "--optype", "VERIFY", "--db", db, "--from", "1", "--no-follow")
+        assert tail.exit_code == 0 and tail.stdout.splitlines()[0].endswith(
+            f"{db}.t VERIFY verification {first['id']} chunk 1: keys after the start up to {first['upto']}, "
+            f"{first['rows']} rows, checksum {first['checksum']}"), tail.stdout
     finally:
         with sandbox.source.connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
