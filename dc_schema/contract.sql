@@ -7,7 +7,7 @@ CREATE TABLE IF NOT EXISTS transfer_data (
   tablename     VARCHAR(64)     NOT NULL COMMENT 'table of the change',
   create_time   TIMESTAMP       NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT 'when the event was executed on the source',
   instance_name VARCHAR(64)     NOT NULL COMMENT 'host:port of the server the event was read from',
-  optype        VARCHAR(64)     NOT NULL COMMENT 'INSERT UPDATE DELETE TRUNCATE ALTERTABLE RENAME CREATETABLE DROPTABLE SNAPSHOTSTART SNAPSHOT SNAPSHOTEND SKIPPED',
+  optype        VARCHAR(64)     NOT NULL COMMENT 'INSERT UPDATE DELETE TRUNCATE ALTERTABLE RENAME CREATETABLE DROPTABLE SNAPSHOTSTART SNAPSHOT SNAPSHOTEND SKIPPED VERIFY',
   data          LONGTEXT        NULL     COMMENT 'JSON: NEW/OLD row images or the DDL payload',
   PRIMARY KEY (id, tid),
   KEY idx_dbname_tablename (dbname, tablename),

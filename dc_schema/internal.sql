@@ -88,3 +88,36 @@ CREATE TABLE IF NOT EXISTS gate_snapshot (
   snap_last     TEXT            NULL COMMENT 'JSON: the last key at or below the checkpoint; NULL: none yet',
   KEY (state)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Verifications of tables (gate verify): one row per table verification, read by gate run's snapshot engine
+-- like gate_snapshot (the same columns up to snap_last), written to transfer_data as VERIFY rows. A
+-- narrowing (with_rows = 1) re-reads one differing chunk's key range (after snap_last, up to snap_bound).
+CREATE TABLE IF NOT EXISTS gate_verify (
+  id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY COMMENT 'verification id, in VERIFY rows',
+  dbname        VARCHAR(64)     NOT NULL,
+  tablename     VARCHAR(64)     NOT NULL,
+  reason        VARCHAR(255)    NOT NULL COMMENT 'who asked: gate verify, or the verification it narrows',
+  state         VARCHAR(16)     NOT NULL DEFAULT 'requested' COMMENT 'requested | running | done | cancelled',
+  cancel        TINYINT         NOT NULL DEFAULT 0 COMMENT '1: gate verify --cancel asked; the run ends it as cancelled',
+  requested_at  TIMESTAMP(3)    NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  started_at    TIMESTAMP(3)    NULL,
+  finished_at   TIMESTAMP(3)    NULL,
+  rows_done     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'source rows checksummed at or below the checkpoint',
+  chunks_done   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'VERIFY rows at or below the checkpoint',
+  rows_estimate BIGINT UNSIGNED NULL COMMENT 'information_schema TABLE_ROWS when started, for progress',
+  message       TEXT            NULL COMMENT 'why cancelled',
+  snap_started  TINYINT         NOT NULL DEFAULT 0 COMMENT '1: a VERIFY row is at or below the checkpoint',
+  snap_key      TEXT            NULL COMMENT 'JSON list of the key columns the verification pages on',
+  snap_bound    TEXT            NULL COMMENT 'JSON: a narrowing''s last key; NULL: to the table''s end',
+  snap_last     TEXT            NULL COMMENT 'JSON: the last key at or below the checkpoint (a narrowing: from it)',
+  snap_after    TEXT            NULL COMMENT 'JSON: snap_last as the DC renders it',
+  snap_upto     TEXT            NULL COMMENT 'JSON: snap_bound as the DC renders it',
+  max_rate      INT UNSIGNED    NULL COMMENT 'source rows per second at most; NULL: no cap but the snapshots''',
+  with_rows     TINYINT         NOT NULL DEFAULT 0 COMMENT '1: a narrowing: its VERIFY rows carry the source rows',
+  parent        BIGINT UNSIGNED NULL COMMENT 'a narrowing: the verification whose differing chunk it reads again',
+  compared_at   TIMESTAMP(3)    NULL COMMENT 'when gate verify compared it with the DC''s fold',
+  chunks_differ INT UNSIGNED    NULL COMMENT 'its chunks that differ from the DC''s fold',
+  keys_differ   INT UNSIGNED    NULL COMMENT 'keys that differ, found by narrowing those chunks',
+  KEY (state),
+  KEY (parent)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

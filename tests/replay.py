@@ -192,7 +192,7 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
     """Apply DC rows, in id order, to ``target`` (an empty server with the same database names), as a
     consumer folds them: SNAPSHOTSTART empties the table, SNAPSHOT and INSERT/UPDATE write rows, DELETE
     removes them (exactly one row, or the history is wrong; in a table without a key, one row equal to the
-    image), SKIPPED rows are passed over. While a table is being snapshotted (between its SNAPSHOTSTART and a
+    image), SKIPPED and VERIFY rows are passed over. While a table is being snapshotted (between its SNAPSHOTSTART and a
     SNAPSHOTEND that is not cancelled) a change may meet a row whose chunk has not come yet: UPDATE then
     upserts its NEW image and DELETE may find nothing, as the DC contract says a consumer does."""
     snapshotting: set[tuple[str, str]] = set()
@@ -220,6 +220,8 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
                 cur.execute(f"CREATE TABLE IF NOT EXISTS `{db}`.`{table}` ({', '.join(columns)})")
                 cur.execute(f"DELETE FROM `{db}`.`{table}`")
                 snapshotting.add((db, table))
+            elif optype == "VERIFY":  # a chunk's checksum: no change
+                continue
             elif optype == "SNAPSHOTEND":  # after a cancelled one the image stays incomplete
                 if payload["SNAPSHOT"]["state"] == "done":
                     snapshotting.discard((db, table))

@@ -47,6 +47,7 @@ from gate.common.process import _CTX
 log = logging.getLogger(__name__)
 
 TABLE = "gate_snapshot"
+VERIFY_TABLE = "gate_verify"  # verifications: the same machinery, VERIFY rows instead of SNAPSHOT rows
 POLL_EVERY = 2.0  # seconds between reads of gate_snapshot by a running gate
 MAX_LAG = 10.0  # no chunk is started while the stream is further behind the source than this (seconds)
 RETRY_AFTER = 1.0  # seconds before a chunk that must be read again is dispatched
@@ -56,8 +57,10 @@ WHOLE: list[str] = []  # the key of a table snapshotted whole, in one read view 
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
-    """Channels created before snapshots lack the table; the cursor's database is the channel's."""
+    """Channels created before snapshots (or verifications) lack the tables; the cursor's database is the
+    channel's."""
     cur.execute(dc_schema.table_ddl(TABLE))
+    cur.execute(dc_schema.table_ddl(VERIFY_TABLE))
 
 
 @dataclass
@@ -73,13 +76,21 @@ class Note:
     state: str | None = None
     reason: str | None = None
     estimate: int | None = None  # start: the source's TABLE_ROWS for the table
+    after: str | None = None  # verify: the chunk's last key as the DC renders it (JSON)
 
 
 def record(cur: pymysql.cursors.Cursor, channel: str, notes: list[Note]) -> None:
-    """Apply notes to gate_snapshot (the caller owns the transaction: the checkpoint's)."""
+    """Apply notes to gate_snapshot and gate_verify (the caller owns the transaction: the checkpoint's)."""
     table = f"{q(channel)}.{TABLE}"
     for note in notes:
-        if note.kind == "start":
+        if note.kind == "verify":  # a verification's chunk (and its end with the last one)
+            cur.execute(f"UPDATE {q(channel)}.{VERIFY_TABLE} SET snap_started = 1, snap_key = %s, snap_last = %s, "
+                        "snap_after = %s, rows_done = rows_done + %s, chunks_done = chunks_done + 1, "
+                        "rows_estimate = COALESCE(%s, rows_estimate), state = COALESCE(%s, state), "
+                        "finished_at = IF(%s IS NULL, finished_at, NOW(3)) WHERE id = %s",
+                        (json.dumps(note.key), note.last, note.after, note.rows, note.estimate, note.state,
+                         note.state, note.snap_id))
+        elif note.kind == "start":
             cur.execute(f"UPDATE {table} SET snap_started = 1, snap_key = %s, snap_bound = %s, snap_last = NULL, "
                         "rows_done = 0, chunks_done = 0, rows_estimate = %s WHERE id = %s",
                         (json.dumps(note.key), note.bound, note.estimate, note.snap_id))
@@ -129,6 +140,20 @@ class _Table:
     busy: bool = False
     not_before: float = 0.0
     cancel: str | None = None
+    verify: bool = False  # a verification (gate_verify): VERIFY rows, no SNAPSHOTSTART/END
+    images: bool = False  # a verification's narrowing: its VERIFY rows carry the source's rows
+    after_text: list[Any] | None = None  # verify: the last key as the DC renders it
+    upto_text: list[Any] | None = None  # verify: a narrowing's last key as the DC renders it
+    chunks: int = 0  # verify: chunks numbered
+    rate: int = 0  # verify: rows per second at most (0: no cap)
+
+    @property
+    def ref(self) -> tuple[bool, int]:
+        return self.verify, self.snap_id
+
+    @property
+    def kind(self) -> str:
+        return "verification" if self.verify else "snapshot"
 
 
 def _gtids(text: str | None) -> dict[str, int]:
@@ -211,8 +236,8 @@ class SnapshotEngine:
         self.filter = TableFilter()
         self.rules: tuple[ColumnRule, ...] = ()
         self.stopping = False
-        self._tables: dict[int, _Table] = {}
-        self._ended: set[int] = set()  # ended in this run (their final state waits for a checkpoint)
+        self._tables: dict[tuple[bool, int], _Table] = {}  # by (verification?, id)
+        self._ended: set[tuple[bool, int]] = set()  # ended in this run (their final state waits for a checkpoint)
         self._readers: Readers | None = None
         self._idle: list[int] = []
         self._working: dict[int, _Table] = {}  # reader number -> its table
@@ -284,60 +309,73 @@ class SnapshotEngine:
             self._progress(now)
 
     def _poll(self, conn: pymysql.Connection) -> None:
-        table = f"{q(self.channel)}.{TABLE}"
+        self._poll_table(conn, False)
+        self._poll_table(conn, True)
+
+    def _poll_table(self, conn: pymysql.Connection, verify: bool) -> None:
+        table = f"{q(self.channel)}.{VERIFY_TABLE if verify else TABLE}"
+        more = ", snap_after, snap_upto, chunks_done, max_rate, with_rows" if verify else ""
+        kind = "verification" if verify else "snapshot"
         with conn.cursor() as cur:
             cur.execute(f"SELECT id, dbname, tablename, reason, state, cancel, snap_started, snap_key, snap_bound, "
-                        f"snap_last, rows_done FROM {table} WHERE state IN ('requested', 'running') ORDER BY id")
+                        f"snap_last, rows_done{more} FROM {table} WHERE state IN ('requested', 'running') ORDER BY id")
             rows = cur.fetchall()
-            for snap_id, db, name, reason, state, cancel, started, key, bound, last, rows_done in rows:
-                known = self._tables.get(snap_id)
+            for snap_id, db, name, reason, state, cancel, started, key, bound, last, rows_done, *extra in rows:
+                known = self._tables.get((verify, snap_id))
                 if known is not None:
                     if cancel and known.cancel is None:
-                        known.cancel = "cancelled by 'gate snapshot --cancel'"
+                        known.cancel = f"cancelled by 'gate {'verify' if verify else 'snapshot'} --cancel'"
                     continue
-                if snap_id in self._ended:
+                if (verify, snap_id) in self._ended:
                     continue
                 if state == "requested" and any((t.db, t.table) == (db, name) for t in self._tables.values()):
-                    continue  # the table's snapshot still ends; this one starts after it
+                    continue  # the table's snapshot (or verification) still ends; this one starts after it
                 if state == "requested":
                     if not cur.execute(f"UPDATE {table} SET state = 'running', started_at = NOW(3) "
                                        "WHERE id = %s AND state = 'requested'", (snap_id,)):
                         continue
-                    log.info("snapshot %d of %s.%s started (%s)", snap_id, db, name, reason)
+                    log.info("%s %d of %s.%s started (%s)", kind, snap_id, db, name, reason)
+                new = _Table(snap_id, db, name, reason, bool(started), chunk_rows=self.defaults.snapshot_chunk_rows,
+                             verify=verify)
                 if not self.filter.passes(db, name):
-                    self._refuse(cur, snap_id, f"{db}.{name} is not captured by the channel's filters: its changes "
+                    self._refuse(cur, new.ref, f"{db}.{name} is not captured by the channel's filters: its changes "
                                  "would not follow the snapshot. Widen the filter ('gate channel filter') and request "
                                  "it again.")
                     continue
-                new = _Table(snap_id, db, name, reason, bool(started), chunk_rows=self.defaults.snapshot_chunk_rows)
                 if key is not None:  # the key it pages on, stored by its first chunk or by the request
                     new.key = json.loads(key)
                 if new.key == WHOLE:
                     new.chunk_rows = self.defaults.snapshot_whole_table_rows
-                if started:
+                if started or verify:  # a verification's narrowing starts after snap_last, up to snap_bound
                     new.bound, new.last, new.rows = decode_key(bound), decode_key(last), rows_done
+                if verify:
+                    after_text, upto_text, new.chunks, new.rate, with_rows = extra
+                    new.after_text = None if after_text is None else json.loads(after_text)
+                    new.upto_text = None if upto_text is None else json.loads(upto_text)
+                    new.rate, new.images = int(new.rate or 0), bool(with_rows)
                 if cancel:
-                    new.cancel = "cancelled by 'gate snapshot --cancel'"
-                self._tables[snap_id] = new
+                    new.cancel = f"cancelled by 'gate {'verify' if verify else 'snapshot'} --cancel'"
+                self._tables[new.ref] = new
 
-    def _refuse(self, cur: pymysql.cursors.Cursor, snap_id: int, message: str) -> None:
-        """End a snapshot that wrote no row: its state moves at once, with the reason."""
-        log.error("snapshot %d refused: %s", snap_id, message)
-        cur.execute(f"UPDATE {q(self.channel)}.{TABLE} SET state = 'cancelled', finished_at = NOW(3), message = %s "
-                    "WHERE id = %s", (message, snap_id))
-        self._tables.pop(snap_id, None)
-        self._ended.add(snap_id)
+    def _refuse(self, cur: pymysql.cursors.Cursor, ref: tuple[bool, int], message: str) -> None:
+        """End a snapshot (or verification) that wrote no row: its state moves at once, with the reason."""
+        verify, snap_id = ref
+        log.error("%s %d refused: %s", "verification" if verify else "snapshot", snap_id, message)
+        cur.execute(f"UPDATE {q(self.channel)}.{VERIFY_TABLE if verify else TABLE} SET state = 'cancelled', "
+                    "finished_at = NOW(3), message = %s WHERE id = %s", (message, snap_id))
+        self._tables.pop(ref, None)
+        self._ended.add(ref)
 
-    def _refuse_on(self, conn: pymysql.Connection, snap_id: int, message: str) -> None:
+    def _refuse_on(self, conn: pymysql.Connection, ref: tuple[bool, int], message: str) -> None:
         with conn.cursor() as cur:
-            self._refuse(cur, snap_id, message)
+            self._refuse(cur, ref, message)
 
     def again(self, tables: list[tuple[str, str]], reason: str) -> None:
         """Rows of ``tables`` changed without row events: request a snapshot of each (unless one is requested
         already) at once, before a checkpoint can pass the statement, and end the one that runs (its chunks
         before the change would leave the rows it removed in the fold); the new one starts after it."""
         for snap in self._tables.values():
-            if (snap.db, snap.table) in tables and snap.cancel is None:
+            if (snap.db, snap.table) in tables and snap.cancel is None and not snap.verify:
                 snap.cancel = f"restarted: {reason}"
         self.dc(lambda conn: request_again(conn, self.channel, tables, reason))
 
@@ -367,7 +405,7 @@ class SnapshotEngine:
             snap.busy = True
             self._working[number] = snap
             self._readers.inboxes[number].put(Task(snap.snap_id, snap.db, snap.table, snap.chunk_rows, snap.last,
-                                                   snap.bound, snap.key, self.rules))
+                                                   snap.bound, snap.key, self.rules, snap.verify, snap.images))
 
     def collect(self, timeout: float = 0.0) -> None:
         """Take the readers' messages: read views to judge, chunks to fill their slots with."""
@@ -396,11 +434,11 @@ class SnapshotEngine:
         snap.busy = False
         slot = self._slots.pop(number, SnapshotOp())
         slot.timestamp = chunk.clock
-        if self.stopping or snap.snap_id not in self._tables:
+        if self.stopping or snap.ref not in self._tables:
             slot.txns = []
             return
         if chunk.outcome == "retry":
-            log.info("snapshot %d of %s.%s: chunk after %s read again: %s", snap.snap_id, snap.db, snap.table,
+            log.info("%s %d of %s.%s: chunk after %s read again: %s", snap.kind, snap.snap_id, snap.db, snap.table,
                      encode_key(snap.last), chunk.reason)
             snap.not_before = time.monotonic() + RETRY_AFTER
             slot.txns = []
@@ -408,12 +446,15 @@ class SnapshotEngine:
         if chunk.outcome in ("gone", "refused"):
             slot.txns = []
             if not snap.started:
-                self.dc(lambda conn: self._refuse_on(conn, snap.snap_id, chunk.reason))
+                self.dc(lambda conn: self._refuse_on(conn, snap.ref, chunk.reason))
             else:
                 snap.cancel = chunk.reason
                 self._end_cancelled(snap)
             return
         db, name = snap.db, snap.table
+        if snap.verify:
+            slot.txns = [self._verified(snap, chunk)]
+            return
         if chunk.key == WHOLE:  # the whole table: SNAPSHOTSTART, its rows and SNAPSHOTEND in one transaction
             slot.txns = [self._whole(snap, chunk)]
             return
@@ -434,6 +475,35 @@ class SnapshotEngine:
             txns.append(self._end(snap, "done", None))
         slot.txns = txns
 
+    def _verified(self, snap: _Table, chunk: Chunk) -> tuple[list[Change], Note]:
+        """A verification's chunk: one VERIFY row with its key range, row count and checksum (and the rows, for a
+        narrowing); the verification is done with its last chunk."""
+        snap.started, snap.key, snap.chunks = True, chunk.key, snap.chunks + 1
+        snap.rows += chunk.rows
+        self._rows += chunk.rows
+        upto = snap.upto_text if chunk.done else chunk.last_text
+        info: dict[str, Any] = {"id": snap.snap_id, "chunk": snap.chunks, "key": chunk.key, "after": snap.after_text,
+                                "upto": upto, "rows": chunk.rows, "checksum": chunk.checksum, "last": chunk.done,
+                                "source_after": json.loads(encode_key(snap.last) or "null"),
+                                "source_upto": json.loads(encode_key(snap.bound if chunk.done else chunk.last)
+                                                          or "null")}
+        payload: dict[str, Any] = {"VERIFY": info}
+        if snap.images:
+            payload["ROWS"] = [json.loads(text)["NEW"] for text in chunk.data]
+        if chunk.last_text is not None:
+            snap.after_text, snap.last = chunk.last_text, chunk.last
+        state = "done" if chunk.done else None
+        if chunk.done:
+            self._tables.pop(snap.ref, None)
+            self._ended.add(snap.ref)
+            log.info("verification %d of %s.%s read: %d rows in %d chunks", snap.snap_id, snap.db, snap.table,
+                     snap.rows, snap.chunks)
+        elif snap.rate:  # the cap on the source's load: the next chunk waits its rows' share of a second
+            snap.not_before = time.monotonic() + chunk.rows / snap.rate
+        note = Note(snap.snap_id, "verify", key=chunk.key, last=encode_key(snap.last), rows=chunk.rows, state=state,
+                    estimate=chunk.estimate, after=None if snap.after_text is None else json.dumps(snap.after_text))
+        return [(snap.db, snap.table, "VERIFY", dumps(payload))], note
+
     def _whole(self, snap: _Table, chunk: Chunk) -> tuple[list[Change], Note]:
         """A table read whole in one read view as one transaction, so that the checkpoint passes all of it
         or none: a killed gate reads it again from the start."""
@@ -447,8 +517,8 @@ class SnapshotEngine:
                              estimate=chunk.estimate)
 
     def _end(self, snap: _Table, state: str, reason: str | None) -> tuple[list[Change], Note]:
-        self._tables.pop(snap.snap_id, None)
-        self._ended.add(snap.snap_id)
+        self._tables.pop(snap.ref, None)
+        self._ended.add(snap.ref)
         end = {"SNAPSHOT": {"id": snap.snap_id, "rows": snap.rows, "state": state, "reason": reason}}
         log.info("snapshot %d of %s.%s %s: %d rows%s", snap.snap_id, snap.db, snap.table, state, snap.rows,
                  f" ({reason})" if reason else "")
@@ -457,8 +527,8 @@ class SnapshotEngine:
 
     def _end_cancelled(self, snap: _Table) -> None:
         reason = snap.cancel or "cancelled"
-        if not snap.started:
-            self.dc(lambda conn: self._refuse_on(conn, snap.snap_id, reason))
+        if not snap.started or snap.verify:  # a verification's chunks need no end row
+            self.dc(lambda conn: self._refuse_on(conn, snap.ref, reason))
             return
         op = SnapshotOp([self._end(snap, "cancelled", reason)], int(time.time()))
         if self.in_txn:

@@ -42,6 +42,7 @@ import pymysql.converters
 
 from gate.capture.libshim import fix_library_charsets
 from gate.capture.values import BinaryFormat, ImageRenderer, binlog_codec, text_renderer
+from gate.common import checksum
 from gate.common.columns import ColumnRule, chain, matching, rule_keys
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row
@@ -104,6 +105,8 @@ class Task:
     bound: Key | None = None
     key: list[str] | None = None
     rules: tuple[ColumnRule, ...] = ()
+    verify: bool = False  # a verification: no bound unless given (the last chunk runs to the table's end), a checksum
+    images: bool = False  # a verification's narrowing: the chunk's rows are kept too
 
 
 @dataclass
@@ -123,6 +126,9 @@ class Chunk:
     next_rows: int = 0  # the page size that would take the target time
     seconds: float = 0.0
     estimate: int | None = None  # the first chunk's: the source's TABLE_ROWS for the table when it started
+    checksum: str = ""  # a verification's: of the chunk's rows (:mod:`gate.common.checksum`); data then empty
+    rows: int = 0  # a verification's: rows in the chunk
+    last_text: list[str | None] | None = None  # a verification's: the last row's key as the DC renders it
 
 
 def encode_key(key: Key | None) -> str | None:
@@ -294,7 +300,8 @@ class Reader:
             selected.append(column)
             plan.append((column.name, text_renderer(column.data_type, column.fsp, column.binary, self.tz,
                                                     self.binary_format, chain(hits, keys), column.codec)))
-        estimate = rows_estimate(cur, task.db, task.table) if task.bound is None else None
+        first = task.last is None if task.verify else task.bound is None
+        estimate = rows_estimate(cur, task.db, task.table) if first else None
         stale = 0
         while True:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -320,7 +327,7 @@ class Reader:
             bound = task.bound
             table = f"{quote(task.db)}.{quote(task.table)}"
             order = ", ".join(f"{table}.{quote(c)}" for c in key)  # the columns, not a CAST of the SELECT list
-            if bound is None and key:
+            if bound is None and key and not task.verify:
                 cur.execute(f"SELECT {order} FROM {table} ORDER BY "
                             + ", ".join(f"{quote(c)} DESC" for c in key) + " LIMIT 1")
                 top = cur.fetchone()
@@ -340,9 +347,10 @@ class Reader:
                 if [d[0] for d in cur.description][: len(names)] != names:
                     return Chunk("retry", OTHER_COLUMNS)
                 data = self._render(plan, selected, names, rows)
-            elif bound is not None:
+            elif bound is not None or task.verify:
                 start = after_args(last) if last is not None else []
-                where = ([after(key)] if last is not None else []) + [after(key, inclusive=True, below=True)]
+                where = ([after(key)] if last is not None else []) + (
+                    [after(key, inclusive=True, below=True)] if bound is not None else [])
                 # key values as they compare: a key column selected as bytes comes once more as it is
                 listed = [c.select() for c in columns]
                 positions = []
@@ -351,8 +359,8 @@ class Reader:
                     if column.raw:
                         listed.append(quote(name))
                     positions.append(len(listed) - 1 if column.raw else names.index(name))
-                cur.execute(f"SELECT {', '.join(listed)} FROM {table} WHERE {' AND '.join(where)} ORDER BY {order} "
-                            f"LIMIT {int(task.rows)}", start + after_args(bound))
+                cur.execute(f"SELECT {', '.join(listed)} FROM {table} WHERE {' AND '.join(where) or 'TRUE'} "
+                            f"ORDER BY {order} LIMIT {int(task.rows)}", start + after_args(bound or []))
                 rows = cur.fetchall()
                 if [d[0] for d in cur.description][: len(names)] != names:
                     return Chunk("retry", OTHER_COLUMNS)
@@ -377,9 +385,15 @@ class Reader:
         if read_columns(cur, task.db, task.table) != columns:
             return Chunk("retry", "its columns changed while the chunk was read")
         seconds = time.monotonic() - started
-        done = not key or bound is None or len(data) < task.rows or last == bound
+        done = not key or (bound is None and not task.verify) or len(data) < task.rows or last == bound
         target = task.rows * self.chunk_seconds / max(seconds, 1e-3)
         next_rows = int(min(self.max_rows, max(self.min_rows, task.rows / 2, min(target, task.rows * 2))))
+        if task.verify:  # the chunk's checksum; its rows only for a narrowing
+            images = [checksum.image(json.loads(text)["NEW"]) for text in data]
+            last_text = [images[-1][k] for k in key] if images else None
+            return Chunk("rows", data=data if task.images else [], key=key, bound=bound, last=last, done=done,
+                         clock=int(clock), next_rows=next_rows, seconds=seconds, estimate=estimate,
+                         checksum=checksum.checksum(images), rows=len(data), last_text=last_text)
         return Chunk("rows", data=data, columns=[c.describe() for c in selected], key=key, bound=bound, last=last,
                      done=done, clock=int(clock), next_rows=next_rows, seconds=seconds, estimate=estimate)
 

@@ -42,7 +42,8 @@ def _image(image: dict[str, str | None]) -> str:
 
 def describe(change: Change) -> str:
     """One line: id, tid, UTC time, db.table, optype, then NEW and the OLD columns that changed (UPDATE),
-    the image (INSERT, DELETE, SNAPSHOT), the snapshot (SNAPSHOTSTART, SNAPSHOTEND) or the DDL statement."""
+    the image (INSERT, DELETE, SNAPSHOT), the snapshot (SNAPSHOTSTART, SNAPSHOTEND), the verified chunk (VERIFY)
+    or the DDL statement."""
     head = (f"{change.id} tid={change.tid} {change.create_time:%Y-%m-%d %H:%M:%S}Z "
             f"{change.dbname}.{change.tablename} {change.optype}")
     if change.new is not None and change.old is not None:
@@ -54,6 +55,11 @@ def describe(change: Change) -> str:
         return f"{head} OLD{_image(change.old)}"
     if change.snapshot is not None:
         return f"{head} {_snapshot(change.snapshot)}"
+    if change.verify is not None:
+        info = change.verify
+        return (f"{head} verification {info.id} chunk {info.chunk}{' (last)' if info.last else ''}: keys after "
+                f"{list(info.after) if info.after else 'the start'} up to {list(info.upto) if info.upto else 'the end'}"
+                f", {info.rows} rows, checksum {info.checksum}")
     ddl = change.ddl or {}
     text = ddl.get("SQL") or (json.dumps(ddl, ensure_ascii=False, separators=(",", ":")) if ddl else "")
     return f"{head} {text}".rstrip()

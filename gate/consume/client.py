@@ -36,6 +36,12 @@ SNAPSHOTSTART forgets every row held for the table; SNAPSHOT upserts its row by 
 (the whole row for a table without one), as INSERT and UPDATE do; DELETE removes. At SNAPSHOTEND with
 state ``done`` the image is the source table as of that point; with ``cancelled`` it is incomplete.
 
+**Verifications.** A VERIFY row (``Change.verify``, written by ``gate verify``) is a checksum of one chunk of
+a source table at exactly its place in the stream: the rows with keys after ``after`` up to ``upto``, their
+count and checksum (:mod:`gate.common.checksum`). A consumer that folds the table checks its own copy with
+``change.verify.check(rows)`` (its rows of the table when it reaches that id; those outside the range are
+left out); a consumer that does not, skips it: it changes no row.
+
 **Skipped transactions.** A SKIPPED row (``Change.ddl["SKIPPED"]``: the transaction, its binlog range, the
 tables and the error) says that ``gate channel skip`` moved the channel past a source transaction gate
 refused: its changes to that table are not in the channel, so an image of the table may differ from the
@@ -62,6 +68,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymysql
 
+from gate.common import checksum
 from gate.common.config import check_identifier
 from gate.common.dc import describe_retention, purged_through, require_at_most_checkpoint
 from gate.common.errors import CursorExpiredError, InvalidValue, SchemaVersionError
@@ -73,7 +80,7 @@ if TYPE_CHECKING:
 DML_OPTYPES = frozenset({"INSERT", "UPDATE", "DELETE"})
 SNAPSHOT_OPTYPES = frozenset({"SNAPSHOTSTART", "SNAPSHOT", "SNAPSHOTEND"})
 OPTYPES = DML_OPTYPES | SNAPSHOT_OPTYPES | {"TRUNCATE", "ALTERTABLE", "RENAME", "CREATETABLE", "DROPTABLE",
-                                           "SKIPPED"}
+                                           "SKIPPED", "VERIFY"}
 
 Image = dict[str, "str | None"]
 MAKE_CURSOR = ("Make one with consumer.position(ID), the cursor right after row ID (consumer.checkpoint() is the "
@@ -107,12 +114,47 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True)
+class VerifyInfo:
+    """The ``VERIFY`` object of a VERIFY row: one chunk of a verification of the source table, at this id."""
+
+    id: int  # the verification's id (gate_verify); its chunks carry the same
+    chunk: int  # 1, 2, ... in key order
+    key: tuple[str, ...]  # the key columns the chunks page on
+    after: tuple[str | None, ...] | None  # the chunk's keys are after this one (None: from the start) ...
+    upto: tuple[str | None, ...] | None  # ... up to this one, included (None: to the table's end)
+    rows: int  # source rows in the chunk
+    checksum: str  # 64 hex digits: the XOR of the SHA-256 of each row's canonical text
+    last: bool  # the verification's last chunk
+
+    @classmethod
+    def from_payload(cls, info: dict[str, Any]) -> VerifyInfo:
+        def key(values: list[str | None] | None) -> tuple[str | None, ...] | None:
+            return None if values is None else tuple(values)
+
+        return cls(int(info["id"]), int(info["chunk"]), tuple(info["key"]), key(info.get("after")),
+                   key(info.get("upto")), int(info["rows"]), info["checksum"], bool(info.get("last")))
+
+    def covers(self, row: Image) -> bool:
+        """Whether the chunk's range holds this row (an image with the key's columns)."""
+        return checksum.in_range(checksum.sort_key([row.get(k) for k in self.key]),
+                                 None if self.after is None else checksum.sort_key(self.after),
+                                 None if self.upto is None else checksum.sort_key(self.upto))
+
+    def check(self, rows: Iterable[Image]) -> bool:
+        """Whether ``rows`` (a consumer's rows of the table at this id; those outside the range left out) are
+        the source's rows of the chunk: the same count and checksum."""
+        mine = [row for row in rows if self.covers(row)]
+        return (len(mine), checksum.checksum(mine)) == (self.rows, self.checksum)
+
+
+@dataclass(frozen=True)
 class Change:
     """One ``transfer_data`` row, parsed.
 
     ``new``/``old`` are the row images of INSERT/UPDATE/DELETE as column -> text (None for NULL), in the
     table's column order, and ``new`` the row of a SNAPSHOT; ``ddl`` is the payload of any other optype
-    (``{}`` for TRUNCATE); ``snapshot`` the parsed ``SNAPSHOT`` object of SNAPSHOTSTART and SNAPSHOTEND.
+    (``{}`` for TRUNCATE); ``snapshot`` the parsed ``SNAPSHOT`` object of SNAPSHOTSTART and SNAPSHOTEND;
+    ``verify`` the parsed ``VERIFY`` object of a VERIFY row.
     """
 
     id: int
@@ -126,6 +168,7 @@ class Change:
     old: Image | None = None
     ddl: dict[str, Any] | None = None
     snapshot: SnapshotInfo | None = None
+    verify: VerifyInfo | None = None
 
     @property
     def columns(self) -> list[dict[str, str]] | None:
@@ -142,6 +185,8 @@ class Change:
                   optype)
         if optype in DML_OPTYPES or optype == "SNAPSHOT":
             return cls(*common, new=_image(payload.get("NEW")), old=_image(payload.get("OLD")))
+        if optype == "VERIFY":
+            return cls(*common, ddl=payload, verify=VerifyInfo.from_payload(payload["VERIFY"]))
         info = payload.get("SNAPSHOT") if optype in SNAPSHOT_OPTYPES else None
         return cls(*common, ddl=payload, snapshot=None if info is None else SnapshotInfo.from_payload(info))
 

@@ -1,0 +1,149 @@
+"""gate verify: VERIFY rows placed in the stream by the running gate, compared with the DC's fold; differences
+made behind gate's back (binlog off) found by key with both values; the client's VERIFY rows recomputed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from click.testing import Result
+
+from gate.common import checksum
+from gate.common.config import ChannelDefaults
+from gate.consume.client import Consumer
+from gate.devtools.sandbox import Sandbox
+from spark_readers.rows import to_batch
+from tests.replay import dc_rows, fresh_target, make_channel, replay, running, wait_caught_up
+
+SMALL = ChannelDefaults(snapshot_chunk_rows=40, snapshot_chunk_seconds=0.01, batch_rows=50)
+
+
+def _sha(row: dict[str, str | None]) -> int:
+    """The row's digest computed here, apart from gate.common.checksum: sorted keys, no spaces, UTF-8."""
+    text = json.dumps(dict(sorted(row.items())), separators=(",", ":"), ensure_ascii=False)
+    return int(hashlib.sha256(text.encode()).hexdigest(), 16)
+
+
+def test_checksum_is_the_xor_of_each_rows_sha256_of_its_sorted_compact_json() -> None:
+    rows = [{"id": "1", "v": "caf\u00e9 \"q\"\n", "n": None}, {"n": "2", "id": "2", "v": ""}]
+    assert checksum.canonical(rows[0]) == '{"id":"1","n":null,"v":"caf\u00e9 \\"q\\"\\n"}'
+    assert checksum.checksum(rows) == f"{_sha(rows[0]) ^ _sha(rows[1]):064x}"
+    assert checksum.checksum(rows[::-1]) == checksum.checksum(rows) and checksum.checksum([]) == "0" * 64
+    assert checksum.sort_key(["9"]) < checksum.sort_key(["10"]) < checksum.sort_key(["a"])
+
+
+def _verify(gate: Callable[..., Result], channel: str, db: str) -> tuple[int, dict[str, Any]]:
+    result = gate("--json", "verify", channel, "--table", f"{db}.t", "--timeout", "60")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_verify_while_writes_go_on_then_rows_changed_behind_gates_back(sandbox: Sandbox, unique_name: str,
+                                                                      gate: Callable[..., Result]) -> None:
+    """A healthy channel verifies equal while a workload runs (several chunks, every row checked); a row
+    updated and one deleted on the source with the binlog off are then named by key with the source's and
+    the DC's values, exit status 5; the client's VERIFY rows match a fold and checksum computed here."""
+    db = f"src_{unique_name}"
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=SMALL)
+    stop = threading.Event()
+
+    def writes() -> None:
+        rnd = random.Random(7)
+        with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                k = rnd.randint(100, 400)
+                action = rnd.random()
+                if action < 0.4:
+                    cur.execute("INSERT IGNORE INTO t VALUES (%s, 'new', 0)", (k,))
+                elif action < 0.8:
+                    cur.execute("UPDATE t SET n = n + 1, v = 'upd' WHERE id = %s", (k,))
+                else:
+                    cur.execute("DELETE FROM t WHERE id = %s", (k,))
+
+    try:
+        with running(dc, unique_name):
+            with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+                cur.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}', {i})" for i in range(1, 301)))
+            writer = threading.Thread(target=writes)
+            writer.start()
+            try:
+                status, healthy = _verify(gate, unique_name, db)
+            finally:
+                stop.set()
+                writer.join()
+            assert status == 0, healthy
+            [table] = healthy["tables"]
+            assert table["matched"] and table["chunks"] >= 5 and table["rows"] >= 250, table
+            assert table["differing_chunks"] == [] and table["differing_keys"] == []
+
+            with sandbox.source.connect(db) as conn, conn.cursor() as cur:
+                cur.execute("SET SESSION sql_log_bin = 0")
+                cur.execute("UPDATE t SET v = 'behind' WHERE id = 5")
+                cur.execute("DELETE FROM t WHERE id = 77")
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+            status, broken = _verify(gate, unique_name, db)
+        assert status == 5, broken
+        [table] = broken["tables"]
+        assert not table["matched"] and len(table["differing_chunks"]) == 2
+        assert table["differing_keys"] == [
+            {"key": {"id": "5"}, "source": {"id": "5", "v": "behind", "n": "5"}, "dc": {"id": "5", "v": "v5", "n": "5"}},
+            {"key": {"id": "77"}, "source": None, "dc": {"id": "77", "v": "v77", "n": "77"}}]
+        assert table["fix"] == f"gate snapshot {unique_name} --table {db}.t"
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+            cur.execute("SELECT state, chunks_differ, keys_differ FROM gate_verify WHERE id = %s", (table["id"],))
+            assert cur.fetchone() == ("done", 2, 2)
+
+        # the client: each VERIFY row's checksum equals one computed here from a fold of the rows below it
+        image: dict[str, dict[str, str | None]] = {}
+        checked = 0
+        with Consumer(dc, unique_name) as consumer:
+            while batch := consumer.poll():
+                for change in batch:
+                    if change.optype == "VERIFY" and change.verify is not None and change.ddl is not None:
+                        info = change.verify
+                        if "ROWS" in change.ddl:
+                            continue  # a narrowing: the source's rows, whose checksum the command compared
+                        lo = -1 if info.after is None else int(info.after[0])
+                        hi = 10**9 if info.upto is None else int(info.upto[0])
+                        mine = [row for key, row in image.items() if lo < int(key) <= hi]
+                        digest = 0
+                        for row in mine:
+                            digest ^= _sha(row)
+                        expected = (len(mine), f"{digest:064x}") == (info.rows, info.checksum)
+                        assert info.check(image.values()) == expected
+                        checked += expected
+                    elif change.optype in ("INSERT", "UPDATE", "DELETE"):
+                        if change.old is not None:
+                            image.pop(str(change.old["id"]), None)
+                        if change.new is not None:
+                            image[str(change.new["id"])] = change.new
+        # every chunk of the healthy verification and all but the two differing ones of the second
+        assert checked == table["chunks"] * 2 - 2 + (healthy["tables"][0]["chunks"] - table["chunks"])
+
+        # readers that do not know VERIFY pass it: the Spark rows (an empty ddl), the replay, gate tail
+        rows = dc_rows(sandbox.dc, unique_name)
+        verify_rows = [r for r in rows if r[6] == "VERIFY"]
+        batch = to_batch([(*r[:4], int(r[4].timestamp()), *r[5:]) for r in rows]).to_pylist()
+        passed = [r for r in batch if r["optype"] == "VERIFY"]
+        assert len(passed) == len(verify_rows) and all(r["new"] is None and r["old"] is None for r in passed)
+        assert all(value is None for value in passed[0]["ddl"].values())
+        with fresh_target(sandbox.dc, db) as target, target.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
+            replay(rows, target)
+            cur.execute(f"SELECT * FROM `{db}`.t WHERE id IN (5, 77) ORDER BY id")
+            assert cur.fetchall() == ((5, "v5", 5), (77, "v77", 77))  # the DC's fold, as gate verify named it
+        first = json.loads(verify_rows[0][7])["VERIFY"]
+        tail = gate("tail", unique_name, "--optype", "VERIFY", "--db", db, "--from", "1", "--no-follow")
+        assert tail.exit_code == 0 and tail.stdout.splitlines()[0].endswith(
+            f"{db}.t VERIFY verification {first['id']} chunk 1: keys after the start up to {first['upto']}, "
+            f"{first['rows']} rows, checksum {first['checksum']}"), tail.stdout
+    finally:
+        with sandbox.source.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
