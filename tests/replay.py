@@ -198,8 +198,8 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
     snapshotting: set[tuple[str, str]] = set()
     with target.cursor() as cur:
         for _id, _tid, db, table, _ct, _inst, optype, data in rows:
-            if optype == "SKIPPED":  # a transaction 'gate channel skip' passed (its row may name no table)
-                continue
+            if optype in ("SKIPPED", "VERIFY"):  # a transaction 'gate channel skip' passed (its row may name no
+                continue  # table), a chunk's checksum: no change
             payload = json.loads(data) if data else {}
             cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
             cur.execute(f"USE `{db}`")
@@ -220,8 +220,6 @@ def replay(rows: list[tuple[Any, ...]], target: pymysql.Connection) -> None:
                 cur.execute(f"CREATE TABLE IF NOT EXISTS `{db}`.`{table}` ({', '.join(columns)})")
                 cur.execute(f"DELETE FROM `{db}`.`{table}`")
                 snapshotting.add((db, table))
-            elif optype == "VERIFY":  # a chunk's checksum: no change
-                continue
             elif optype == "SNAPSHOTEND":  # after a cancelled one the image stays incomplete
                 if payload["SNAPSHOT"]["state"] == "done":
                     snapshotting.discard((db, table))
