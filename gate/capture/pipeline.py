@@ -107,6 +107,8 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0
 FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
 CTL_IDLE_PING = 5.0  # seconds the control connection may stay unused before a use checks it with a ping
+STARTING = ("the start-up transaction (the DELETE of the rows above the checkpoint from transfer_data, the REPLACE of "
+            "gate's runner record (host, pid, metrics address) into gate_meta, the removal of the last run's notes)")
 ABANDON_WITHIN = 3.0  # seconds gate may take to end after a second stop signal, whatever the network does
 T = TypeVar("T")
 
@@ -392,7 +394,8 @@ class Pipeline:
             if source_server_id is not None:
                 record_source_server_id(cur, self.channel, source_server_id)
 
-        removed = in_one_round_trip(conn, statements)[0]
+        with refusals("DC", self.dc, STARTING, self.channel):
+            removed = in_one_round_trip(conn, statements)[0]
         if removed >= REMOVE_BATCH:
             with conn.cursor() as cur:
                 removed += remove_above_checkpoint(cur, self.channel, state.id)
