@@ -17,6 +17,7 @@ import pymysql
 import pytest
 from click.testing import Result
 
+from gate.capture.pipeline import STARTING
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import channel_tables, connect, read_settings, write_settings
 from gate.common.errors import ConnectionFailed, ServerRefused, StreamLost
@@ -177,16 +178,16 @@ def test_a_read_only_dc(sandbox: Sandbox, unique_name: str, tmp_path: Path) -> N
 
 
 def test_runner_record_refused_at_start(sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
-    """The record 'channel list' shows a running gate's host, pid and metrics address by: refused before
-    anything is read (the error cannot be left in gate_meta either: the log alone has it)."""
+    """The record 'channel list' shows a running gate's host, pid and metrics address by: refused with the
+    start-up transaction that writes it, before the binlog is read (the error cannot be left in gate_meta
+    either: the log alone has it)."""
     db = source_table(sandbox, unique_name)
     make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
     user = dc_user(sandbox, unique_name)
     revoke(sandbox, unique_name, "INSERT", "gate_meta")
     run = start_gate(tmp_path, sandbox.dc, unique_name, user, PASSWORD)
     message = stopped_with(run, tmp_path, unique_name)
-    assert re.fullmatch(refused(sandbox, "the REPLACE of gate's runner record (host, pid, metrics address) into "
-                                "gate_meta", denied("INSERT", user, unique_name, "gate_meta"),
+    assert re.fullmatch(refused(sandbox, STARTING, denied("INSERT", user, unique_name, "gate_meta"),
                                 FIX.format(channel=unique_name, user=user)), message), message
 
 

@@ -273,3 +273,46 @@ def test_columns_for_create_like_come_from_the_source_and_an_outage_is_a_source_
     with pytest.raises(SourceDown, match=rf"unreachable for \d+ s while gate read the columns of {db}\.s "):
         describe_columns(nowhere, 0.5, threading.Event())(db, "s")
     assert 0.5 <= time.monotonic() - started < 10
+
+
+def test_start_up_takes_three_round_trips_to_the_dc_after_connecting(
+        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over a slow DC link each round trip of the start-up counts (28 of them before, 8 s at 300 ms): the reading
+    thread opens the control connection and then asks the DC three times, each a multi-statement query: the
+    server checked and the lock taken; the schema version, settings, resume state and notes read; the DC made
+    consistent (rows above the checkpoint removed, runner record, the last error cleared). Nothing else until
+    the data is in, checkpointed and exact."""
+    import pymysql.connections
+
+    from tests.replay import _THREADS
+
+    db = f"src_{unique_name}"
+    calls: list[tuple[threading.Thread, str, str]] = []
+    for name in ("connect", "query"):
+        original = getattr(pymysql.connections.Connection, name)
+
+        def counted(self: pymysql.connections.Connection, *args: object, _name: str = name,
+                    _original: Callable[..., object] = original) -> object:
+            if self.port == sandbox.dc.port:
+                calls.append((threading.current_thread(), _name, str(args[0])[:40] if args else ""))
+            return _original(self, *args)
+
+        monkeypatch.setattr(pymysql.connections.Connection, name, counted)
+    with sandbox.source.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+        dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
+        cur.execute(f"INSERT INTO {db}.t VALUES (1), (2)")
+        conn.commit()
+        with running(dc, unique_name) as pipeline:
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+            reading = _THREADS[id(pipeline)]
+            startup = [(what, sql) for thread, what, sql in calls if thread is reading]
+    assert [what for what, _ in startup] == ["connect", "query", "query", "query"], startup
+    assert startup[1][1].startswith("SELECT @@version, @@version_comment;")
+    assert startup[3][1].startswith("BEGIN;DELETE FROM")
+    assert [(r[0], r[1], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)] == [
+        (1, 1, "INSERT", {"NEW": [{"id": "1"}]}), (2, 1, "INSERT", {"NEW": [{"id": "2"}]})]
+    with sandbox.dc.connect(unique_name) as dconn, dconn.cursor() as cur:
+        cur.execute("SELECT id, tid FROM transfer_checkpoint")
+        assert cur.fetchall() == ((2, 1),)

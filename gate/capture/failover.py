@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import pymysql
 
@@ -140,11 +141,24 @@ def fingerprint(server_id: int, timestamp: int, changes: Sequence[Change]) -> st
     return digest.hexdigest()
 
 
+def record_source_server_id(cur: pymysql.cursors.Cursor, channel: str, server_id: int) -> None:
+    """The source's server_id, recorded at each start: fingerprints need it after the source's death."""
+    cur.execute(f"REPLACE INTO {q(channel)}.gate_meta (name, value) VALUES ('source_server_id', %s)", (str(server_id),))
+
+
+def marker_query(channel: str) -> tuple[str, tuple[Any, ...]]:
+    """A switch's dedupe marker in the channel's gate_meta (:func:`marker_from` reads the answer)."""
+    return f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s", (MARKER,)
+
+
+def marker_from(rows: list[tuple[Any, ...]]) -> DedupeMarker | None:
+    return DedupeMarker.from_json(rows[0][0]) if rows else None
+
+
 def read_marker(conn: pymysql.Connection, channel: str) -> DedupeMarker | None:
     with conn.cursor() as cur:
-        cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s", (MARKER,))
-        row = cur.fetchone()
-    return DedupeMarker.from_json(row[0]) if row else None
+        cur.execute(*marker_query(channel))
+        return marker_from(list(cur.fetchall()))
 
 
 def clear_marker(cur: pymysql.cursors.Cursor, channel: str) -> None:

@@ -29,7 +29,16 @@ from gate.capture.checkpoint import Checkpointer
 from gate.capture.ddl import UNLOGGED, snapshot_tables, unlogged_tables
 from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.decoder import DecoderPool
-from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
+from gate.capture.failover import (
+    DedupeMarker,
+    Deduper,
+    StandbySampler,
+    marker_from,
+    marker_query,
+    plan_switch,
+    record_source_server_id,
+    without_held,
+)
 from gate.capture.metrics import MetricsServer, RunMetrics, Stage
 from gate.capture.ordering import Ordering
 from gate.capture.reader import (
@@ -50,23 +59,34 @@ from gate.capture.snapshot import Note, SnapshotEngine
 from gate.capture.stall import DcWatch
 from gate.capture.stopped import StopRecord, clear_stop, record_stop, refused_transaction
 from gate.capture.translate import Change, TableFilter, Translator
-from gate.capture.writer import WriterPool, forget_stuck, stuck_ids
+from gate.capture.writer import WriterPool, forget_stuck, stuck_from, stuck_query
 from gate.common.columns import rule_keys
 from gate.common.config import ServerConfig
 from gate.common.dc import (
+    REMOVE_BATCH,
     ChannelSettings,
     ResumeState,
     Runner,
     connect,
+    in_one_round_trip,
+    lock_from,
+    lock_query,
     migrate,
     one_row,
     q,
-    read_resume,
     read_settings,
+    read_together,
     record_runner,
     remove_above_checkpoint,
+    resume_from,
+    resume_query,
     schema_version,
-    take_lock,
+    settings_from,
+    settings_query,
+    table_set,
+    tables_query,
+    usable_version,
+    version_query,
     write_resume,
 )
 from gate.common.errors import (
@@ -80,15 +100,29 @@ from gate.common.errors import (
 )
 from gate.common.process import start_forkserver
 from gate.common.retry import backoff, is_transient, raise_unless_transient, refusal, refusals
-from gate.common.server import require_mariadb
+from gate.common.server import VERSION_QUERY, check_mariadb, require_mariadb
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10.0
 FILTER_EVERY = 2.0  # seconds between reads of the channel's filter lists by a running gate
 CTL_IDLE_PING = 5.0  # seconds the control connection may stay unused before a use checks it with a ping
+STARTING = ("the start-up transaction (the DELETE of the rows above the checkpoint from transfer_data, the REPLACE of "
+            "gate's runner record (host, pid, metrics address) into gate_meta, the removal of the last run's notes)")
 ABANDON_WITHIN = 3.0  # seconds gate may take to end after a second stop signal, whatever the network does
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StartReads:
+    """What start-up reads of a channel in one DC round trip (:meth:`Pipeline._start_reads`)."""
+
+    version: int  # its schema version, checked
+    settings: ChannelSettings
+    state: ResumeState
+    stuck: list[int]  # ids of stuck_row notes
+    marker: DedupeMarker | None  # a switch's dedupe marker
+    snapshots_waiting: bool  # gate_snapshot may hold requests
 
 
 @dataclass
@@ -192,6 +226,7 @@ class Pipeline:
         self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
+        self._tables: set[str] = set()  # the channel database's tables, as the control connection last read them
         self._ctl_mutex = threading.RLock()  # one user of the control connection at a time: the control thread's
         self._ctl_used = 0.0  # checkpoints and settings, the reading thread's rare work (XA, snapshots, start-up)
         self._fresh: ChannelSettings | None = None  # settings read by the control thread, for the next transaction
@@ -238,23 +273,26 @@ class Pipeline:
 
     # --- DC control connection: holds the channel lock and writes checkpoints -------------------
 
-    def _open_ctl(self) -> pymysql.Connection:
-        conn = connect(self.dc, "DC", self.channel, client_flag=CLIENT.MULTI_STATEMENTS)  # the checkpoint: one query
+    def _open_ctl(self, announce: bool = True) -> pymysql.Connection:
+        """A control connection (it takes multi-statement queries: the checkpoint is one), the DC checked to be
+        MariaDB and the channel's lock taken in one round trip, which reads the channel's tables too. With
+        ``announce`` (a reopened connection) the channel's schema is checked and the runner record written;
+        at start-up, :meth:`_start_reads` and :meth:`_prepare` do that in their round trips."""
+        conn = connect(self.dc, "DC", self.channel, client_flag=CLIENT.MULTI_STATEMENTS)
         try:
-            require_mariadb(conn, "DC", self.dc.address)
-        except BaseException:
-            conn.close()
-            raise
-        holder = take_lock(conn, self.channel)
-        if holder is not None:
-            conn.close()
-            raise ChannelBusy(
-                f"Channel '{self.channel}' is already being run by another gate process (DC connection "
-                f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
-            )
-        try:
-            schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
-            self._announce(conn)
+            server, lock, tables = read_together(conn, [(VERSION_QUERY, ()), lock_query(self.channel),
+                                                        tables_query(self.channel)])
+            check_mariadb("DC", self.dc.address, *server[0])
+            holder = lock_from(lock)
+            if holder is not None:
+                raise ChannelBusy(
+                    f"Channel '{self.channel}' is already being run by another gate process (DC connection "
+                    f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
+                )
+            self._tables = table_set(tables)
+            if announce:
+                schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
+                self._announce(conn)
         except BaseException:
             conn.close()
             raise
@@ -262,11 +300,14 @@ class Pipeline:
 
     def _announce(self, conn: pymysql.Connection) -> None:
         """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
-        server = self.metrics_server
         with refusals("DC", self.dc, "the REPLACE of gate's runner record (host, pid, metrics address) into "
-                      "gate_meta", self.channel):
-            record_runner(conn, self.channel, Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
-                                                     f"{server.address}:{server.port}" if server else None))
+                      "gate_meta", self.channel), conn.cursor() as cur:
+            record_runner(cur, self.channel, self._runner(conn))
+
+    def _runner(self, conn: pymysql.Connection) -> Runner:
+        server = self.metrics_server
+        return Runner(conn.thread_id(), socket.gethostname(), os.getpid(),
+                      f"{server.address}:{server.port}" if server else None)
 
     def _ctl_conn(self) -> pymysql.Connection:
         """The control connection, reopened (and the lock retaken) after a DC restart. It is checked with a
@@ -290,9 +331,37 @@ class Pipeline:
 
     # --- start-up ----------------------------------------------------------------------------
 
-    def _prepare(self, settings: ChannelSettings) -> ResumeState:
+    def _start_reads(self) -> StartReads:
+        """What start-up reads of the channel, in one round trip (after the one that opens the control connection
+        and takes the lock): its schema version, settings, resume state, stuck-row notes, a switch's dedupe
+        marker and whether snapshot requests wait. A channel gate cannot use as it stands is refused by
+        :func:`schema_version`, which names the problem."""
+        channel = self.channel
+        with self._ctl_mutex:
+            if self._ctl is None:
+                self._ctl, self._ctl_used = self._open_ctl(announce=False), time.monotonic()
+            conn = self._ctl_conn()
+            queries = [version_query(channel), settings_query(channel), resume_query(channel), stuck_query(channel),
+                       marker_query(channel)]
+            waiting = snapshot.TABLE in self._tables  # a channel made before snapshots: its table comes with _prepare
+            try:
+                found = read_together(conn, queries + ([snapshot.waiting_query(channel)] if waiting else []))
+                version = usable_version(self._tables, found[0])
+            except pymysql.err.ProgrammingError:  # a table or the database is missing
+                version = None
+            if version is None:
+                schema_version(conn, channel)  # raises, naming what is wrong
+                raise GateError(f"Channel '{channel}' changed while gate started; run 'gate run {channel}' again.")
+        return StartReads(version, settings_from(channel, found[1]), resume_from(found[2]), stuck_from(found[3]),
+                          marker_from(found[4]), bool(found[5]) if waiting else True)
+
+    def _prepare(self, settings: ChannelSettings, start: StartReads, source_server_id: int | None = None) -> ResumeState:
+        """Make the DC consistent before reading, in one round trip (and one per migration, for a channel of an
+        older schema): the tables a channel of an older gate lacks, the runner record, the rows above the
+        checkpoint removed, the last run's error and the notes of stuck rows the checkpoint passed forgotten,
+        and the source's server_id recorded (for failover fingerprints)."""
         conn = self._ctl_conn()
-        state = read_resume(conn, self.channel)
+        state = start.state
         source = settings.source
         if state.instance_name and state.instance_name != source.address:
             raise GateError(
@@ -308,15 +377,29 @@ class Pipeline:
             self._store(state)
             log.info("channel %s had no start position; starting at the source's current one, %s",
                      self.channel, now.describe())
-        migrate(conn, self.channel)
-        with conn.cursor() as cur:
-            xa.ensure_table(cur)
-            snapshot.ensure_table(cur)
-            removed = remove_above_checkpoint(cur, self.channel, state.id)
+        migrate(conn, self.channel, start.version)
+        if not {xa.TABLE, snapshot.TABLE} <= self._tables:
+            with conn.cursor() as cur:
+                xa.ensure_table(cur)
+                snapshot.ensure_table(cur)
+            self._tables |= {xa.TABLE, snapshot.TABLE}
+        stuck = start.stuck
+        runner = self._runner(conn)
+
+        def statements(cur: pymysql.cursors.Cursor) -> None:
+            remove_above_checkpoint(cur, self.channel, state.id)  # a batch's cursor: its first DELETE alone
+            record_runner(cur, self.channel, runner)
             clear_stop(cur, self.channel)
-            stuck = stuck_ids(cur, self.channel)
             forget_stuck(cur, self.channel, [row_id for row_id in stuck if row_id <= state.id])
-            self._stuck = [row_id for row_id in stuck if row_id > state.id]  # they go with the checkpoint passing them
+            if source_server_id is not None:
+                record_source_server_id(cur, self.channel, source_server_id)
+
+        with refusals("DC", self.dc, STARTING, self.channel):
+            removed = in_one_round_trip(conn, statements)[0]
+        if removed >= REMOVE_BATCH:
+            with conn.cursor() as cur:
+                removed += remove_above_checkpoint(cur, self.channel, state.id)
+        self._stuck = [row_id for row_id in stuck if row_id > state.id]  # they go with the checkpoint passing them
         if removed:
             log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
         return state
@@ -371,12 +454,13 @@ class Pipeline:
         port = settings.defaults.metrics_port if self.metrics_port is None else self.metrics_port
         if port and self.metrics_server is None:
             self.metrics_server = MetricsServer(self.metrics, self.metrics_address or settings.defaults.metrics_address,
-                                                port)
-            self._announce(self._ctl_conn())
+                                                port)  # the runner record that names it goes with _prepare
 
     def _run(self) -> RunStats:
         while True:
-            settings = read_settings(self._ctl_conn(), self.channel)
+            start = self._start_reads()
+            settings = start.settings
+            self._snapshots_waiting = start.snapshots_waiting
             rule_keys(settings.columns)  # a hash rule's key missing from the environment: refuse to start
             self._serve_metrics(settings)
             if self.preflight:
@@ -396,19 +480,18 @@ class Pipeline:
             if self._stopping.is_set():
                 log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
                 return self.stats
-            state = self._prepare(settings)
             if self._retainer is None:  # once the channel's lock is held: removal runs beside the capture
                 self._retainer = Retainer(self.dc, self.channel, self.metrics.retention, self.fail)
                 self._retainer.start()
             try:
-                self._run_source(settings, state)
+                self._run_source(settings, start)
                 return self.stats
             except SourceDown as exc:
                 if settings.standby is None or self._stopping.is_set():
                     raise
                 log.error("%s Failing over to the standby %s.", exc, settings.standby.address)
                 self.metrics.begin(None)
-                state = self._prepare(settings)  # the standby rewrites the rows above the checkpoint
+                state = self._prepare(settings, self._start_reads())  # the standby rewrites the rows above the checkpoint
                 plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
                 self.metrics.failovers += 1
 
@@ -419,36 +502,31 @@ class Pipeline:
             row = cur.fetchone()
         return int(row[0]) if row else 0
 
-    def _record_source_server_id(self, source: ServerConfig) -> None:
-        """The source's server_id (for failover fingerprints) into gate_meta, its binlog expiry into the metrics."""
+    def _source_server_id(self, source: ServerConfig) -> int | None:
+        """The source's server_id (for failover fingerprints; None: unreachable now, the reader will say so);
+        its binlog expiry goes into the metrics."""
         try:
             with connect(source, "source", connect_timeout=3) as conn, conn.cursor() as cur:
                 require_mariadb(conn, "source", source.address)  # before gate reads its binlog, preflight or not
                 cur.execute("SELECT @@server_id")
-                server_id = one_row(cur)[0]
+                server_id = int(one_row(cur)[0])
                 self.metrics.binlog_expire = binlog_expire_seconds(cur)
         except (GateError, pymysql.err.MySQLError) as exc:
             raise_unless_transient(exc, "source", source, "reading its server_id and binlog expiry")
-            return  # unreachable now: the reader will say so
+            return None
+        return server_id
 
-        def store(conn: pymysql.Connection) -> None:
-            with conn.cursor() as cur:
-                cur.execute(f"REPLACE INTO {q(self.channel)}.gate_meta (name, value) VALUES ('source_server_id', %s)",
-                            (str(server_id),))
-
-        self._on_dc(store, "the REPLACE of the source's server_id into gate_meta")
-
-    def _run_source(self, settings: ChannelSettings, state: ResumeState) -> None:
+    def _run_source(self, settings: ChannelSettings, start: StartReads) -> None:
         source = settings.source
         defaults = settings.defaults
         self._on_rows_without_events = defaults.on_rows_without_events
-        with ExitStack() as not_started:  # the children start first, while gate connects to the source
+        with ExitStack() as not_started:  # the children start first (the writers connect while gate prepares)
             pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
                               on_written=self._chunk_written)
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)
-            self._record_source_server_id(source)
+            state = self._prepare(settings, start, self._source_server_id(source))
             retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
             self._reader = reader = BinlogReader(
                 source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos),
@@ -458,7 +536,7 @@ class Pipeline:
                                     describe_columns(source, retry_for, self._stopping),
                                     lambda: f"{reader.stream.log_file}:{reader.stream.log_pos}",
                                     settings.columns, channel=self.channel)
-            marker = read_marker(self._ctl_conn(), self.channel)
+            marker = start.marker
             items: Iterator[Item] = iter(reader)
             if marker is not None:  # the Deduper's reads: a connection of its own, beside the control thread's
                 dedupe = connect(self.dc, "DC", self.channel)
@@ -706,8 +784,7 @@ class Pipeline:
                 conn = conn or connect(self.dc, "DC", self.channel)
                 settings = read_settings(conn, self.channel)
                 with conn.cursor() as cur:
-                    waiting = bool(cur.execute(f"SELECT 1 FROM {q(self.channel)}.{snapshot.TABLE} "
-                                               "WHERE state IN ('requested', 'running') LIMIT 1"))
+                    waiting = bool(cur.execute(*snapshot.waiting_query(self.channel)))
                 self._fresh, self._snapshots_waiting = settings, waiting
             except (GateError, pymysql.err.Error) as exc:
                 log.warning("channel %s: filter not re-read (%s); the current one stays until the next try",

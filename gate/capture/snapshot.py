@@ -56,6 +56,11 @@ MAX_HOLD_BACK = 1.0  # ... doubled (up to this) at each read view reported too l
 WHOLE: list[str] = []  # the key of a table snapshotted whole, in one read view (requested with --whole-table)
 
 
+def waiting_query(channel: str) -> tuple[str, tuple[Any, ...]]:
+    """A row when gate_snapshot holds requests or running snapshots (the engine reads the table only then)."""
+    return f"SELECT 1 FROM {q(channel)}.{TABLE} WHERE state IN ('requested', 'running') LIMIT 1", ()
+
+
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
     """Channels created before snapshots (or verifications) lack the tables; the cursor's database is the
     channel's."""

@@ -46,11 +46,11 @@ log = logging.getLogger(__name__)
 
 def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int, float]:
     """A writer's DC session, its max_allowed_packet (the server's global value when it opened) and the
-    seconds its set-up took: one round trip."""
-    conn = connect(server, "DC", database, autocommit=False, client_flag=CLIENT.MULTI_STATEMENTS)
+    seconds its set-up took: one round trip (autocommit goes off in it, not in a round trip of its own)."""
+    conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS)
     started = time.monotonic()
     with conn.cursor() as cur:  # _literal escapes with backslashes: sql_mode without NO_BACKSLASH_ESCAPES
-        cur.execute("SET time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
+        cur.execute("SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
                     "@@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
                     "SELECT @@SESSION.max_allowed_packet")
         cur.nextset()
@@ -177,10 +177,14 @@ def _record_stuck(conn: pymysql.Connection, exc: RowTooLarge, since: str, messag
         pass
 
 
-def stuck_ids(cur: pymysql.cursors.Cursor, channel: str) -> list[int]:
-    """The row ids of the ``stuck_row:ID`` notes in the channel's gate_meta, ascending."""
-    cur.execute(f"SELECT name FROM {q(channel)}.gate_meta WHERE LEFT(name, %s) = %s", (len(STUCK_KEY), STUCK_KEY))
-    return sorted(int(name[len(STUCK_KEY):]) for (name,) in cur.fetchall())
+def stuck_query(channel: str) -> tuple[str, tuple[Any, ...]]:
+    """The ``stuck_row:ID`` notes in the channel's gate_meta (:func:`stuck_from` reads the answer)."""
+    return f"SELECT name FROM {q(channel)}.gate_meta WHERE LEFT(name, %s) = %s", (len(STUCK_KEY), STUCK_KEY)
+
+
+def stuck_from(rows: list[tuple[Any, ...]]) -> list[int]:
+    """The row ids of :func:`stuck_query`'s notes, ascending."""
+    return sorted(int(name[len(STUCK_KEY):]) for (name,) in rows)
 
 
 def forget_stuck(cur: pymysql.cursors.Cursor, channel: str, ids: list[int]) -> None:

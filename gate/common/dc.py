@@ -255,8 +255,53 @@ def unfinished_message(name: str) -> str:
             f"remove it with 'gate channel drop {name}'.")
 
 
+def read_together(conn: pymysql.Connection, queries: list[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each query (SQL and its arguments), the queries sent as one multi-statement query: one round
+    trip (``conn`` is opened with CLIENT.MULTI_STATEMENTS). The server stops at the first error, raised here."""
+    results: list[list[tuple[Any, ...]]] = []
+    with conn.cursor() as cur:
+        cur.execute(";".join(cur.mogrify(sql, args) for sql, args in queries))
+        results.append(list(cur.fetchall()))
+        while cur.nextset():
+            results.append(list(cur.fetchall()))
+    return results
+
+
+def tables_query(name: str) -> tuple[str, tuple[Any, ...]]:
+    """The tables of database ``name`` as one comma-separated value (NULL: none, or no such database)."""
+    return "SELECT GROUP_CONCAT(table_name) FROM information_schema.tables WHERE table_schema = %s", (name,)
+
+
+def version_query(name: str) -> tuple[str, tuple[Any, ...]]:
+    """The schema version recorded in a channel's gate_meta (fails when the table is missing)."""
+    return f"SELECT value FROM {q(name)}.gate_meta WHERE name = 'schema_version'", ()
+
+
+def table_set(rows: list[tuple[Any, ...]]) -> set[str]:
+    """The tables of :func:`tables_query`'s answer."""
+    return set(rows[0][0].split(",")) if rows and rows[0][0] else set()
+
+
+def usable_version(tables: set[str], version_rows: list[tuple[Any, ...]]) -> int | None:
+    """The schema version of a channel database with ``tables`` and :func:`version_query`'s answer when gate can
+    use it as it is (every table there, a compatible version); None when :func:`schema_version` must look closer."""
+    version = int(version_rows[0][0]) if version_rows else 0
+    if channel_tables() - set(ADDED_LATER) <= tables and version in dc_schema.COMPATIBLE_VERSIONS:
+        return version
+    return None
+
+
 def schema_version(conn: pymysql.Connection, name: str) -> int:
-    """The version a channel database was created with; errors for missing or incompatible ones."""
+    """The version a channel database was created with; errors for missing or incompatible ones. A usable
+    channel costs two queries (its tables, its version); the others are looked at closer, to name the problem."""
+    with conn.cursor() as cur:
+        cur.execute(*tables_query(name))
+        tables = table_set(list(cur.fetchall()))
+        if "gate_meta" in tables:
+            cur.execute(*version_query(name))
+            version = usable_version(tables, list(cur.fetchall()))
+            if version is not None:
+                return version
     if not channel_exists(conn, name):
         raise ChannelNotFound(f"No channel '{name}' on this DC server. 'gate channel list' shows the channels there.")
     if "gate_meta" not in _tables(conn, name):
@@ -291,11 +336,12 @@ def stored_schema_version(conn: pymysql.Connection, name: str) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(conn: pymysql.Connection, name: str) -> None:
+def migrate(conn: pymysql.Connection, name: str, version: int | None = None) -> None:
     """Bring channel ``name`` (refused as :func:`schema_version` refuses) to this gate's schema version, one
     version at a time, each recorded in gate_meta after its statements, which are safe to repeat should a
-    migration be interrupted. Needs ALTER on the channel's database (a DC user without it gets the grant)."""
-    version = schema_version(conn, name)
+    migration be interrupted. Needs ALTER on the channel's database (a DC user without it gets the grant).
+    ``version``: the channel's, as the caller has just checked it (nothing to read then)."""
+    version = schema_version(conn, name) if version is None else version
     with conn.cursor() as cur:
         for target in range(version + 1, dc_schema.SCHEMA_VERSION + 1):
             cur.execute(f"USE {q(name)}")
@@ -408,12 +454,20 @@ def _write_rows(cur: pymysql.cursors.Cursor, name: str, rows: dict[str, Any]) ->
     )
 
 
+def settings_query(name: str) -> tuple[str, tuple[Any, ...]]:
+    return f"SELECT name, value FROM {q(name)}.gate_settings", ()
+
+
+def settings_from(name: str, rows: list[tuple[Any, ...]]) -> ChannelSettings:
+    """The settings of :func:`settings_query`'s answer."""
+    return ChannelSettings.from_rows(name, {k: json.loads(v) for k, v in rows})
+
+
 def read_settings(conn: pymysql.Connection, name: str) -> ChannelSettings:
     schema_version(conn, name)
     with conn.cursor() as cur:
-        cur.execute(f"SELECT name, value FROM {q(name)}.gate_settings")
-        rows = {k: json.loads(v) for k, v in cur.fetchall()}
-    return ChannelSettings.from_rows(name, rows)
+        cur.execute(*settings_query(name))
+        return settings_from(name, list(cur.fetchall()))
 
 
 def write_settings(conn: pymysql.Connection, settings: ChannelSettings) -> None:
@@ -427,13 +481,19 @@ def store_settings(cur: pymysql.cursors.Cursor, settings: ChannelSettings) -> No
     _write_rows(cur, settings.name, settings.as_rows())
 
 
+def resume_query(name: str) -> tuple[str, tuple[Any, ...]]:
+    return f"SELECT id, tid, log_file, log_pos, gtid_pos, instance_name, event_time FROM {q(name)}.gate_resume", ()
+
+
+def resume_from(rows: list[tuple[Any, ...]]) -> ResumeState:
+    """The resume state of :func:`resume_query`'s answer."""
+    return ResumeState(*rows[0]) if rows else ResumeState()
+
+
 def read_resume(conn: pymysql.Connection, name: str) -> ResumeState:
     with conn.cursor() as cur:
-        cur.execute(
-            f"SELECT id, tid, log_file, log_pos, gtid_pos, instance_name, event_time FROM {q(name)}.gate_resume"
-        )
-        row = cur.fetchone()
-    return ResumeState(*row) if row else ResumeState()
+        cur.execute(*resume_query(name))
+        return resume_from(list(cur.fetchall()))
 
 
 def write_resume(cur: pymysql.cursors.Cursor, name: str, state: ResumeState) -> None:
@@ -466,14 +526,24 @@ def lock_name(channel: str) -> str:
     return f"gate:{channel}"
 
 
+def lock_query(channel: str) -> tuple[str, tuple[Any, ...]]:
+    """Take the channel's lock if no one holds it; answers whether it did and its holder."""
+    return "SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (lock_name(channel),) * 2
+
+
+def lock_from(rows: list[tuple[Any, ...]]) -> int | None:
+    """:func:`lock_query`'s answer: None when taken, else the DC connection id of its holder."""
+    got, holder = rows[0]
+    return None if got == 1 else int(holder or 0)
+
+
 def take_lock(conn: pymysql.Connection, channel: str) -> int | None:
     """Take the channel's lock on ``conn`` if no one holds it: None when taken, else the DC connection
     id of its holder. A gate holds it while it runs the channel; commands that must not run under a
     gate (drop, switch) hold it while they work."""
     with conn.cursor() as cur:
-        cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (lock_name(channel),) * 2)
-        got, holder = one_row(cur)
-    return None if got == 1 else int(holder or 0)
+        cur.execute(*lock_query(channel))
+        return lock_from(list(cur.fetchall()))
 
 
 def lock_holder(conn: pymysql.Connection, channel: str) -> int | None:
@@ -498,11 +568,10 @@ class Runner:
     metrics: str | None = None
 
 
-def record_runner(conn: pymysql.Connection, channel: str, runner: Runner) -> None:
+def record_runner(cur: pymysql.cursors.Cursor, channel: str, runner: Runner) -> None:
     """Store ``runner`` in gate_meta; the caller holds the channel's lock on the connection named there."""
-    with conn.cursor() as cur:
-        cur.execute(f"REPLACE INTO {q(channel)}.gate_meta (name, value) VALUES (%s, %s)",
-                    (RUNNER_KEY, json.dumps(asdict(runner))))
+    cur.execute(f"REPLACE INTO {q(channel)}.gate_meta (name, value) VALUES (%s, %s)",
+                (RUNNER_KEY, json.dumps(asdict(runner))))
 
 
 def running_gate(conn: pymysql.Connection, channel: str) -> tuple[int | None, Runner | None]:

@@ -9,6 +9,7 @@ from gate.common.dc import one_row
 from gate.common.errors import UnsupportedServer
 
 TESTED = "MariaDB 10.11"  # the server versions gate's tests run on, as source, standby and DC
+VERSION_QUERY = "SELECT @@version, @@version_comment"
 
 
 def is_mariadb(version: str, version_comment: str) -> bool:
@@ -28,7 +29,12 @@ def unsupported(role: str, address: str, version: str, version_comment: str) -> 
 def require_mariadb(conn: pymysql.Connection, role: str, address: str) -> None:
     """Refuse (UnsupportedServer) the server ``conn`` is connected to unless it is MariaDB."""
     with conn.cursor() as cur:
-        cur.execute("SELECT @@version, @@version_comment")
+        cur.execute(VERSION_QUERY)
         version, comment = one_row(cur)
+    check_mariadb(role, address, version, comment)
+
+
+def check_mariadb(role: str, address: str, version: object, comment: object) -> None:
+    """Refuse (UnsupportedServer) a server whose VERSION_QUERY answered ``version`` and ``comment``."""
     if not is_mariadb(str(version), str(comment or "")):
         raise UnsupportedServer(unsupported(role, address, str(version), str(comment or "")))
