@@ -345,7 +345,8 @@ class Pipeline:
                        marker_query(channel)]
             waiting = snapshot.TABLE in self._tables  # a channel made before snapshots: its table comes with _prepare
             try:
-                found = read_together(conn, queries + ([snapshot.waiting_query(channel)] if waiting else []))
+                found = read_together(conn, queries + ([snapshot.waiting_query(
+                    channel, snapshot.VERIFY_TABLE in self._tables)] if waiting else []))
                 version = usable_version(self._tables, found[0])
             except pymysql.err.ProgrammingError:  # a table or the database is missing
                 version = None
@@ -378,11 +379,11 @@ class Pipeline:
             log.info("channel %s had no start position; starting at the source's current one, %s",
                      self.channel, now.describe())
         migrate(conn, self.channel, start.version)
-        if not {xa.TABLE, snapshot.TABLE} <= self._tables:
+        if not {xa.TABLE, snapshot.TABLE, snapshot.VERIFY_TABLE} <= self._tables:
             with conn.cursor() as cur:
                 xa.ensure_table(cur)
                 snapshot.ensure_table(cur)
-            self._tables |= {xa.TABLE, snapshot.TABLE}
+            self._tables |= {xa.TABLE, snapshot.TABLE, snapshot.VERIFY_TABLE}
         stuck = start.stuck
         runner = self._runner(conn)
 
