@@ -94,6 +94,7 @@ from gate.common.errors import (
     ConnectionFailed,
     DrainAbandoned,
     GateError,
+    SchemaVersionError,
     ServerRefused,
     TransactionRefused,
     UnhandledEvent,
@@ -438,8 +439,8 @@ class Pipeline:
         """Leave the error that stops gate in gate_meta for 'gate status' (the next start removes it), while the
         channel's lock is still held; a DC that cannot take it leaves it in the log alone. Servers that could
         not be reached are the log's alone (a restart retries them)."""
-        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy)):
-            return  # not this run's channel, a deliberate stop, or a DC that may not answer now
+        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy, SchemaVersionError)):
+            return  # not this run's channel (or not one gate may write to), a deliberate stop, or a DC that may not answer
         exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
         try:
             transaction = exc.transaction if isinstance(exc, TransactionRefused) else None
