@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import signal
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from click.testing import Result
@@ -17,7 +20,7 @@ from gate.common.config import ChannelDefaults
 from gate.consume.client import Consumer
 from gate.devtools.sandbox import Sandbox
 from spark_readers.rows import to_batch
-from tests.replay import dc_rows, fresh_target, make_channel, replay, running, wait_caught_up
+from tests.replay import dc_rows, fresh_target, make_channel, replay, running, start_gate, wait_caught_up, wait_running
 
 SMALL = ChannelDefaults(snapshot_chunk_rows=40, snapshot_chunk_seconds=0.01, batch_rows=50)
 
@@ -144,6 +147,86 @@ def test_verify_while_writes_go_on_then_rows_changed_behind_gates_back(sandbox: 
         assert tail.exit_code == 0 and tail.stdout.splitlines()[0].endswith(
             f"{db}.t VERIFY verification {first['id']} chunk 1: keys after the start up to {first['upto']}, "
             f"{first['rows']} rows, checksum {first['checksum']}"), tail.stdout
+    finally:
+        with sandbox.source.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_differences_behind_gates_back_found_by_key_by_a_verification_killed_and_resumed(
+        sandbox: Sandbox, unique_name: str, gate: Callable[..., Result], tmp_path: Path) -> None:
+    """One verification of three tables, its gate killed with SIGKILL after two chunks and started again, names
+    by key: rows of transfer_data changed and deleted behind gate's back (t), the child rows an ON DELETE
+    CASCADE deleted (ch), a partition truncated with on_rows_without_events = flag (pt); the resumed
+    verification's VERIFY rows cover t's keys once each, in chunks numbered without a gap or repeat."""
+    db = f"src_{unique_name}"
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=SMALL)
+    assert gate("channel", "set", unique_name, "--on-rows-without-events", "flag").exit_code == 0
+    try:
+        process = start_gate(tmp_path, sandbox.dc, unique_name)
+        wait_running(sandbox.dc, unique_name, process)
+        with sandbox.source.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"USE `{db}`")
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+            cur.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(1, 301)))
+            cur.execute("CREATE TABLE p (id INT PRIMARY KEY)")
+            cur.execute("CREATE TABLE ch (id INT PRIMARY KEY, pid INT, FOREIGN KEY (pid) REFERENCES p (id) "
+                        "ON DELETE CASCADE)")
+            cur.execute("INSERT INTO p VALUES (1), (2)")
+            cur.execute("INSERT INTO ch VALUES (10, 1), (20, 2), (21, 2)")
+            cur.execute("CREATE TABLE pt (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES "
+                        "LESS THAN (3), PARTITION p1 VALUES LESS THAN MAXVALUE)")
+            cur.execute("INSERT INTO pt VALUES (1, 1), (2, 2), (3, 3)")
+            cur.execute("DELETE FROM p WHERE id = 2")  # the cascade deletes ch 20 and 21: no row event
+            cur.execute("ALTER TABLE pt TRUNCATE PARTITION p0")  # flagged, not snapshotted: pt 1 and 2 stay
+        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:  # the DC changed behind gate's back
+            cur.execute("SELECT id, data FROM transfer_data WHERE tablename = 't' AND optype = 'INSERT' AND "
+                        "JSON_VALUE(data, '$.NEW[0].id') IN ('5', '77') ORDER BY id")
+            (changed, data), (deleted, _) = cur.fetchall()
+            cur.execute("UPDATE transfer_data SET data = %s WHERE id = %s",
+                        (data.replace('"v5"', '"changed"'), changed))
+            cur.execute("DELETE FROM transfer_data WHERE id = %s", (deleted,))
+            conn.commit()
+
+        # requested at 100 rows/s (t: a chunk every 0.4 s); gate killed once t has two chunks behind the checkpoint
+        assert gate("verify", unique_name, "--table", f"{db}.*", "--max-rows-per-second", "100",
+                    "--timeout", "0").exit_code == 1
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                conn.commit()
+                cur.execute("SELECT state, chunks_done, rows_done FROM gate_verify WHERE tablename = 't'")
+                killed_at = cur.fetchone()
+                if killed_at[1] >= 2:
+                    break
+                time.sleep(0.05)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            conn.commit()
+            cur.execute("SELECT state, chunks_done, rows_done FROM gate_verify WHERE tablename = 't'")
+            state, chunks, rows = cur.fetchone()
+        assert state == "running" and 2 <= chunks and rows < 300, (state, chunks, rows)
+
+        process = start_gate(tmp_path, sandbox.dc, unique_name)
+        resumed = gate("--json", "verify", unique_name, "--table", f"{db}.*", "--timeout", "60")
+        assert resumed.exit_code == 5, resumed.stdout + resumed.stderr
+        reports = {r["table"].split(".")[1]: r for r in json.loads(resumed.stdout)["tables"]}
+        assert {name: r["differing_keys"] for name, r in reports.items()} == {
+            "t": [{"key": {"id": "5"}, "source": {"id": "5", "v": "v5"}, "dc": {"id": "5", "v": "changed"}},
+                  {"key": {"id": "77"}, "source": {"id": "77", "v": "v77"}, "dc": None}],
+            "ch": [{"key": {"id": "20"}, "source": None, "dc": {"id": "20", "pid": "2"}},
+                   {"key": {"id": "21"}, "source": None, "dc": {"id": "21", "pid": "2"}}],
+            "p": [],
+            "pt": [{"key": {"id": "1"}, "source": None, "dc": {"id": "1", "v": "1"}},
+                   {"key": {"id": "2"}, "source": None, "dc": {"id": "2", "v": "2"}}]}
+        assert reports["p"]["matched"] and reports["t"]["rows"] == 300
+        verifies = [json.loads(r[7])["VERIFY"] for r in dc_rows(sandbox.dc, unique_name)
+                    if r[6] == "VERIFY" and r[3] == "t" and json.loads(r[7])["VERIFY"]["id"] == reports["t"]["id"]]
+        assert [v["chunk"] for v in verifies] == list(range(1, len(verifies) + 1)) == list(
+            range(1, reports["t"]["chunks"] + 1)) and len(verifies) > chunks
+        assert [v["after"] for v in verifies[1:]] == [v["upto"] for v in verifies[:-1]] and verifies[-1]["last"]
+        assert sum(v["rows"] for v in verifies) == 300 and verifies[0]["after"] is None
     finally:
         with sandbox.source.connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")

@@ -57,8 +57,9 @@ WHOLE: list[str] = []  # the key of a table snapshotted whole, in one read view 
 
 
 def waiting_query(channel: str) -> tuple[str, tuple[Any, ...]]:
-    """A row when gate_snapshot holds requests or running snapshots (the engine reads the table only then)."""
-    return f"SELECT 1 FROM {q(channel)}.{TABLE} WHERE state IN ('requested', 'running') LIMIT 1", ()
+    """A row when gate_snapshot or gate_verify holds requests or running ones (the engine reads them only then)."""
+    return (f"(SELECT 1 FROM {q(channel)}.{TABLE} WHERE state IN ('requested', 'running') LIMIT 1) UNION ALL "
+            f"(SELECT 1 FROM {q(channel)}.{VERIFY_TABLE} WHERE state IN ('requested', 'running') LIMIT 1)", ())
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
