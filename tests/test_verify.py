@@ -13,12 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import deltalake
 from click.testing import Result
+from pyspark.sql import SparkSession
 
 from gate.common import checksum
 from gate.common.config import ChannelDefaults
 from gate.consume.client import Consumer
 from gate.devtools.sandbox import Sandbox
+from spark_readers import image_verify
+from spark_readers.image import STATE, read_image
+from spark_readers.materialise import materialise_job
 from spark_readers.rows import to_batch
 from tests.replay import dc_rows, fresh_target, make_channel, replay, running, start_gate, wait_caught_up, wait_running
 
@@ -230,3 +235,54 @@ def test_differences_behind_gates_back_found_by_key_by_a_verification_killed_and
     finally:
         with sandbox.source.connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_a_table_image_checks_verify_rows_reports_a_row_changed_inside_it_and_heals(
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, gate: Callable[..., Result], tmp_path: Path) -> None:
+    """A Delta image checks the VERIFY rows an update applies, its typed values rendered back to the DC's text:
+    a row changed inside the image's table (delta-rs UPDATE, behind gate's back) is reported by the next update's
+    check (the chunk of its key, kept in the state), every other chunk matches; heal rebuilds the image, whose
+    checks of the history's VERIFY rows then all match."""
+    db = f"src_{unique_name}"
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",), defaults=SMALL)
+    out = tmp_path / "image"
+    source = {"channel": unique_name, "host": dc.host, "port": str(dc.port), "user": dc.user}
+    try:
+        with running(dc, unique_name):
+            with sandbox.source.connect() as conn, conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{db}`")
+                cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20), amt DECIMAL(8,2), d DATE, "
+                            "dt DATETIME(3), ts TIMESTAMP(6) NULL, b VARBINARY(8), s SET('a','b'), f BIT(1))")
+                cur.execute(f"INSERT INTO `{db}`.t VALUES " + ", ".join(
+                    f"({i}, 'v{i}', {i}.5, '2024-01-{i % 28 + 1:02d}', '2024-02-03 04:05:{i % 60:02d}.120', "
+                    f"{'NULL' if i % 7 == 0 else repr(f'2024-03-04 05:06:07.{i:06d}')}, x'00{i % 256:02x}', "
+                    f"'{'a,b' if i % 2 else 'b'}', {i % 2})" for i in range(1, 101)))
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+            built = materialise_job(spark, source, str(out))
+            assert built.tables == {f"{db}.t": 100} and built.verified == {}
+            path = out / state_of(out)["tables"][f"{db}.t"]["path"]
+            deltalake.DeltaTable(str(path)).update({"v": "'inside'"}, predicate="id = 5")  # behind gate's back
+            assert gate("verify", unique_name, "--table", f"{db}.t", "--timeout", "60").exit_code == 0  # the DC's fine
+            wait_caught_up(sandbox.source, sandbox.dc, unique_name)
+        found = materialise_job(spark, source, str(out))
+        [differing] = found.verified[f"{db}.t"]["differing"]
+        chunks = found.verified[f"{db}.t"]["matched"] + 1
+        assert (differing["chunk"], differing["after"], differing["source_rows"], differing["image_rows"]) == (
+            1, None, int(differing["upto"][0]), int(differing["upto"][0])) and int(differing["upto"][0]) >= 5
+        assert chunks >= 3 and found.verified[f"{db}.t"]["unchecked"] == 0 and found.differs
+        assert state_of(out)["verified"] == found.verified  # kept in the image's state until healed
+        assert image_verify.describe(found.verified, "heal")[0] == (
+            f"image differs: {db}.t chunk 1 of verification {differing['verification']} (VERIFY row "
+            f"{differing['row']}, keys after None up to {differing['upto']}): source {differing['source_rows']} rows, "
+            f"image {differing['image_rows']} rows")
+
+        healed = materialise_job(spark, source, str(out), heal=True)
+        assert healed.verified == {f"{db}.t": {"matched": chunks, "unchecked": 0, "differing": [], "reasons": []}}
+        assert read_image(spark, str(out))[f"{db}.t"].filter("id = 5").first()["v"] == "v5"
+    finally:
+        with sandbox.source.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def state_of(out: Path) -> dict[str, Any]:
+    return json.loads(deltalake.DeltaTable(str(out / STATE)).to_pyarrow_table().column("image")[0].as_py())
