@@ -140,14 +140,15 @@ def test_verify_while_writes_go_on_then_rows_changed_behind_gates_back(sandbox: 
         batch = to_batch([(*r[:4], int(r[4].timestamp()), *r[5:]) for r in rows]).to_pylist()
         passed = [r for r in batch if r["optype"] == "VERIFY"]
         assert len(passed) == len(verify_rows) and all(r["new"] is None and r["old"] is None for r in passed)
-        assert all(value is None for value in passed[0]["ddl"].values())
+        first = json.loads(verify_rows[0][7])["VERIFY"]  # the Spark rows carry the chunk in ddl.VERIFY
+        assert passed[0]["ddl"] == {**{k: None for k in passed[0]["ddl"]}, "VERIFY": {
+            k: first[k] for k in ("id", "chunk", "key", "after", "upto", "rows", "checksum", "last")}}
         with fresh_target(sandbox.dc, db) as target, target.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{db}`")
             cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(20), n INT)")
             replay(rows, target)
             cur.execute(f"SELECT * FROM `{db}`.t WHERE id IN (5, 77) ORDER BY id")
             assert cur.fetchall() == ((5, "v5", 5), (77, "v77", 77))  # the DC's fold, as gate verify named it
-        first = json.loads(verify_rows[0][7])["VERIFY"]
         tail = gate("tail", unique_name, "--optype", "VERIFY", "--db", db, "--from", "1", "--no-follow")
         assert tail.exit_code == 0 and tail.stdout.splitlines()[0].endswith(
             f"{db}.t VERIFY verification {first['id']} chunk 1: keys after the start up to {first['upto']}, "
