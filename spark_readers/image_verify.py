@@ -49,6 +49,7 @@ from spark_readers.session import session_conf
 log = logging.getLogger(__name__)
 
 Render = Callable[[Any], str]
+LATER_KEYS = 100_000  # keys changed after a table's first VERIFY row in one update, at most, brought to the driver
 DIFFERENT = 5  # exit status of an image job whose image differs from the source (as gate verify's)
 
 
@@ -157,9 +158,9 @@ def check(spark: SparkSession, url: Callable[[str], str], tables: dict[str, Any]
           typing: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Check ``verifies`` against the image's ``tables`` (name -> TableImage, at the versions being committed;
     ``url``: a table folder's URL). ``barriers``: per table name, the ids of its rows after which the image is
-    not the one at an earlier VERIFY row (DDL, TRUNCATE, snapshots); ``later_keys(name, id)``: the (id, key) of
-    each key of the table the update changes last after row ``id``. Returns per table: {"matched", "unchecked",
-    "differing": [...], "reasons": [...]}."""
+    not the one at an earlier VERIFY row (DDL, TRUNCATE, snapshots); ``later_keys(name, id)``: the (id, key)
+    of each key of the table the update changes last after row ``id`` (:data:`LATER_KEYS` + 1 at most).
+    Returns per table: {"matched", "unchecked", "differing": [...], "reasons": [...]}."""
     timezone = (typing or {}).get("timezone", "UTC")
     binary_format = (typing or {}).get("binary_format", "base64")
     out: dict[str, dict[str, Any]] = {}
@@ -173,6 +174,7 @@ def check(spark: SparkSession, url: Callable[[str], str], tables: dict[str, Any]
         kinds = {f.name: f.dataType for f in frame.schema.fields} if frame is not None else {}
         pk = list(table.key) if table is not None else []
         changed = later_keys(name, min(v.id for v in rows)) if table is not None else []
+        crowded = len(changed) > LATER_KEYS  # not brought to the driver: none of the table's chunks is checked
         checkable: list[Verify] = []
         renders: list[Render] = []
         for verify in rows:
@@ -181,6 +183,8 @@ def check(spark: SparkSession, url: Callable[[str], str], tables: dict[str, Any]
             if reason is None and any(b > verify.id for b in barriers.get(name, [])):
                 reason = "DDL, a TRUNCATE or a snapshot of the table follows it in the same update"
             after, upto = verify.bounds()
+            if reason is None and crowded:
+                reason = f"more than {LATER_KEYS} keys of the table change after it in the same update"
             if reason is None and any(i > verify.id and in_range(sort_key(k), after, upto) for i, k in changed):
                 reason = "a key in its range changes after it in the same update"
             if reason is not None:
@@ -227,7 +231,8 @@ def later_keys(latest: DataFrame, table_keys: dict[str, int]) -> Callable[[str, 
     def keys(name: str, after: int) -> list[tuple[int, list[str | None]]]:
         if name not in table_keys:
             return []
-        rows = latest.filter((F.col("table") == table_keys[name]) & (F.col("id") > after)).select("id", "key").collect()
+        rows = latest.filter((F.col("table") == table_keys[name]) & (F.col("id") > after)).select(
+            "id", "key").limit(LATER_KEYS + 1).collect()
         return [(int(r["id"]), list(r["key"])) for r in rows]
     return keys
 
