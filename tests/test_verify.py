@@ -40,6 +40,7 @@ def _sha(row: dict[str, str | None]) -> int:
 def test_checksum_is_the_xor_of_each_rows_sha256_of_its_sorted_compact_json() -> None:
     rows = [{"id": "1", "v": "caf\u00e9 \"q\"\n", "n": None}, {"n": "2", "id": "2", "v": ""}]
     assert checksum.canonical(rows[0]) == '{"id":"1","n":null,"v":"caf\u00e9 \\"q\\"\\n"}'
+    assert checksum.canonical({"x": "\x01\x1f\u2028\x7f\\\t"}) == '{"x":"\\u0001\\u001f\u2028\x7f\\\\\\t"}'
     assert checksum.checksum(rows) == f"{_sha(rows[0]) ^ _sha(rows[1]):064x}"
     assert checksum.checksum(rows[::-1]) == checksum.checksum(rows) and checksum.checksum([]) == "0" * 64
     assert checksum.sort_key(["9"]) < checksum.sort_key(["10"]) < checksum.sort_key(["a"])
