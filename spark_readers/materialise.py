@@ -40,6 +40,9 @@ Delta MERGE of its changed keys (a deleted key is deleted, a live one inserted o
 driver with delta-rs for a small update of an image on the local file system: spark_readers.driver_commits);
 any other table that changed is rewritten (a Delta overwrite: its stored rows whose key the new rows do not
 touch, kept by an anti-join, and the new ones); a table no new row or DDL touched keeps its version.
+
+Each VERIFY row the update applies is checked against the image it commits (spark_readers.image_verify); the
+outcome is kept in the image's state, and ``materialise_job(..., heal=True)`` rebuilds an image that differs.
 """
 
 from __future__ import annotations
