@@ -10,8 +10,9 @@ The image's JSON is ``{"format": 3, "channel": C, "watermark": {"id": I, "tid": 
 "generation": G, "typing": {"timezone": Z, "binary_format": B, "as_text": [...]} | null, "tables":
 {"db.table": {"path": "db/table", "version": V, "columns": [...], "types": [...] | null, "key": [...],
 "rows": N, "complete": true|false, "snapshot": {"id": S, "state": "running"|"done"|"cancelled"} |
-null}}, "skipped": {"db.table": "why"}}``: every table as of the watermark is the Delta ``version`` V
-of the table in ``path``. An update commits each table it changes (a MERGE of the changed keys, or an
+null}}, "skipped": {"db.table": "why"}, "verified": {"db.table": {"matched": M, "unchecked": U, "differing":
+[...], "reasons": [...]}}}`` (``verified``: spark_readers.image_verify): every table as of the watermark is
+the Delta ``version`` V of the table in ``path``. An update commits each table it changes (a MERGE of the changed keys, or an
 overwrite), then the state: a reader of the state sees the old image or the new one, never a
 half-written one (:func:`read_image`), and :func:`as_of` reads the image as of an earlier channel id.
 
@@ -80,6 +81,7 @@ class Image:
     skipped: dict[str, str] = field(default_factory=dict)
     generation: int = 0  # 0 for the first build, one more for each rebuild into the same directory
     typing: dict[str, Any] | None = None  # the Typing (spark_readers.typed_rows) of typed tables; None: strings
+    verified: dict[str, dict[str, Any]] = field(default_factory=dict)  # per table: its VERIFY rows' checks
 
     def as_json(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self)}
@@ -88,7 +90,7 @@ class Image:
     def from_json(cls, data: dict[str, Any]) -> Image:
         return cls(data["channel"], data["watermark"], data["keys"],
                    {name: TableImage(**table) for name, table in data["tables"].items()},
-                   data.get("skipped", {}), data.get("generation", 0), data.get("typing"))
+                   data.get("skipped", {}), data.get("generation", 0), data.get("typing"), data.get("verified", {}))
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ Delta MERGE of its changed keys (a deleted key is deleted, a live one inserted o
 driver with delta-rs for a small update of an image on the local file system: spark_readers.driver_commits);
 any other table that changed is rewritten (a Delta overwrite: its stored rows whose key the new rows do not
 touch, kept by an anti-join, and the new ones); a table no new row or DDL touched keeps its version.
+
+Each VERIFY row the update applies is checked against the image it commits (spark_readers.image_verify); the
+outcome is kept in the image's state, and ``materialise_job(..., heal=True)`` rebuilds an image that differs.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -59,7 +63,7 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 
 from gate.common.columns import parse_keys
 from gate.common.errors import GateError, MaterialiseError
-from spark_readers import driver_commits
+from spark_readers import driver_commits, image_verify
 from spark_readers.delta_jars import CRC_CHECK_ON_NON_UTC, require_delta, with_deletion_vectors
 from spark_readers.image import STATE, Commit, Image, ImageStore, TableImage, committed, committing
 from spark_readers.image_types import (
@@ -102,6 +106,11 @@ PARTITION_ROWS = 250_000
 class Materialised:
     tables: dict[str, int]  # "db.table" -> rows written
     skipped: dict[str, str]  # "db.table" -> why it was not written
+    verified: dict[str, dict[str, Any]] = field(default_factory=dict)  # the image's checks (spark_readers.image_verify)
+
+    @property
+    def differs(self) -> bool:
+        return any(state["differing"] for state in self.verified.values())
 
 
 _SEGMENTS = StructType([StructField("table", IntegerType()), StructField("epoch", IntegerType()),
@@ -233,7 +242,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
         log.info("rebuilding the image in %s from the whole history: it was built with %s", out_path, change)
     watermark = start.watermark["id"] if start else 0
     if start is not None and through[0] <= watermark:
-        return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped))
+        return Materialised({name: t.rows for name, t in start.tables.items()}, dict(start.skipped), start.verified)
     generation = before.generation + (start is None) if before is not None else 0
     commit = Commit(f"gate-image:{generation}", through, channel)
     # An image's Delta logs are small: each replay (at a MERGE, an overwrite, a commit) is faster in one task than in
@@ -268,7 +277,7 @@ def update_image(spark: SparkSession, out_path: str, rows_after: Callable[[int],
                     history.unpersist()
         image.generation = generation
         store.publish(image, commit)
-    return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped))
+    return Materialised({name: t.rows for name, t in image.tables.items()}, dict(image.skipped), image.verified)
 
 
 def _merge(spark: SparkSession, url: str, stored: TableImage, changes: DataFrame, commit: Commit) -> None:
@@ -385,13 +394,18 @@ def _apply(spark: SparkSession, store: ImageStore, commit: Commit, history: Data
          .options(**commit.writer_options()).save(url))
         version, count = committed(spark, url, commit)
         tables[table.name] = TableImage(path, final, pk, count, table.complete, table.snapshot, version, types)
+    checks = image_verify.check(
+        spark, store.url, tables, [image_verify.Verify(i, ".".join(name), info) for i, name, info in tables_of.verifies],
+        {".".join(name): ids for name, ids in tables_of.barriers.items()},
+        image_verify.later_keys(latest, {t.name: t.key for t in live}), asdict(typing) if typing else None)
     latest.unpersist()
     # A table skipped before stays reported until an update images it: here, one the history does not name
     named = {epoch.name for table in tables_of.tables for epoch in table.epochs}
     skipped = {**{name: why for name, why in (start.skipped if start else {}).items()
                   if tuple(name.split(".", 1)) not in named}, **skipped}
     return Image(commit.channel, {"id": commit.watermark[0], "tid": commit.watermark[1]}, keys, tables, skipped,
-                 typing=asdict(typing) if typing else None)
+                 typing=asdict(typing) if typing else None,
+                 verified=image_verify.merged(start.verified if start else {}, checks))
 
 
 def read_typing(options: dict[str, str]) -> Typing:
@@ -435,16 +449,27 @@ def materialise_channel(spark: SparkSession, options: dict[str, str], out_path: 
 
 
 def materialise_job(spark: SparkSession, source: dict[str, str], out_path: str, increments: str | None = None,
-                    keys: dict[str, list[str]] | None = None, full: bool = False) -> Materialised:
+                    keys: dict[str, list[str]] | None = None, full: bool = False, heal: bool = False) -> Materialised:
     """The image job of ``gate spark-materialise`` and ``python -m spark_readers.materialise`` (also under
     spark-submit): the image in ``out_path`` of the channel ``source`` names (the options of ``format("gate")``),
     typed with the channel's settings, brought up to its checkpoint from the DC, or with ``increments`` up to
-    the rows spark_readers.load loaded there."""
+    the rows spark_readers.load loaded there. With ``heal``, an image whose VERIFY checks found a chunk that
+    differs (this update's or an earlier one's) is rebuilt from the whole history, which checks the history's
+    VERIFY rows again."""
     require_delta(spark)
-    if increments is None:
-        return materialise_channel(spark, source, out_path, keys, full)
-    return materialise(spark, increments, out_path, settings(source).login.channel, keys, full,
-                       typing=read_typing(source))
+
+    def run(rebuild: bool) -> Materialised:
+        if increments is None:
+            return materialise_channel(spark, source, out_path, keys, rebuild)
+        return materialise(spark, increments, out_path, settings(source).login.channel, keys, rebuild,
+                           typing=read_typing(source))
+
+    result = run(full)
+    if heal and result.differs and not full:
+        log.warning("healing the image in %s: it differs from the source in %s; rebuilding it from the whole history",
+                    out_path, ", ".join(sorted(n for n, v in result.verified.items() if v["differing"])))
+        result = run(True)
+    return result
 
 
 class ImageUpdater:
@@ -504,6 +529,8 @@ def main(argv: list[str] | None = None) -> None:
                         "channel in the DC]")
     parser.add_argument("--key", action="append", default=[], help="DB.TABLE=COL[,COL...] (repeatable)")
     parser.add_argument("--full", action="store_true", help="rebuild from the whole history")
+    parser.add_argument("--heal", action="store_true", help="rebuild from the whole history when a VERIFY row "
+                        "shows the image differs from the source")
     parser.add_argument("--config", help="gate's config.yaml [default: $GATE_CONFIG, else ./config.yaml]")
     parser.add_argument("--master", help="Spark master URL [default: spark-submit's, else local[2]]")
     args = parser.parse_args(argv)
@@ -511,13 +538,19 @@ def main(argv: list[str] | None = None) -> None:
     source = {"channel": args.channel, **({"config": args.config} if args.config else {})}
     try:
         with spark_job(args.master) as spark:
-            result = materialise_job(spark, source, args.out, args.increments, parse_keys(args.key), args.full)
+            result = materialise_job(spark, source, args.out, args.increments, parse_keys(args.key), args.full,
+                                     args.heal)
     except GateError as exc:
         sys.exit(f"error: {exc}")
     for table, count in sorted(result.tables.items()):
         print(f"{table}: {count} rows")
     for table, reason in sorted(result.skipped.items()):
         print(f"skipped {table}: {reason}", file=sys.stderr)
+    for line in image_verify.describe(result.verified, f"python -m spark_readers.materialise {args.channel} "
+                                                            f"--out {args.out} --heal"):
+        print(line, file=sys.stderr)
+    if result.differs:
+        sys.exit(image_verify.DIFFERENT)
 
 
 if __name__ == "__main__":

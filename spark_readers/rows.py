@@ -62,9 +62,13 @@ DDL_SCHEMA = StructType([
     StructField("SNAPSHOT", StructType([  # SNAPSHOTSTART and SNAPSHOTEND
         StructField("id", LongType()), StructField("reason", StringType()), StructField("key", _TEXTS),
         StructField("rows", LongType()), StructField("state", StringType())])),
+    StructField("VERIFY", StructType([  # a verification's chunk (ROWS and source_* are gate verify's own)
+        StructField("id", LongType()), StructField("chunk", LongType()), StructField("key", _TEXTS),
+        StructField("after", _TEXTS), StructField("upto", _TEXTS), StructField("rows", LongType()),
+        StructField("checksum", StringType()), StructField("last", BooleanType())])),
 ])
-"""Every key gate writes into a non-row payload (docs/reference/dc-format.md, plus LIKE, DROPTABLE, SQL and the
-snapshot markers; SELECT is in the CREATE TABLE ... SELECT rows of older gates)."""
+"""Every key gate writes into a non-row payload (docs/reference/dc-format.md, plus LIKE, DROPTABLE, SQL, the
+snapshot markers and the VERIFY chunks; SELECT is in the CREATE TABLE ... SELECT rows of older gates)."""
 
 _IMAGE = MapType(StringType(), StringType())
 

@@ -167,6 +167,8 @@ class Timeline:
         self.tables: list[TableLife] = []
         self.current: dict[Name, TableLife] = {}
         self.written: set[Name] = set()  # the names the history has row images of
+        self.verifies: list[tuple[int, Name, dict[str, Any]]] = []  # the VERIFY rows: id, name, payload
+        self.barriers: dict[Name, list[int]] = {}  # per name, the ids of its other non-row rows (DDL, snapshots...)
         for name, stored in (image.tables.items() if image else ()):
             db, table = name.split(".", 1)
             self.current[(db, table)] = TableLife(len(self.tables), list(stored.columns),
@@ -274,7 +276,12 @@ def timeline(history: DataFrame, image: Image | None) -> Timeline:
     timeline = Timeline(image)
     names = history.groupBy("dbname", "tablename").agg(ddl.alias("ddl"), F.max(rows).alias("written")).collect()
     for row, name in sorted(((row, (n.dbname, n.tablename)) for n in names for row in n.ddl), key=lambda r: r[0].id):
-        timeline.apply(row.id, row.optype, name, row.ddl.asDict(recursive=True) if row.ddl else {})
+        payload = row.ddl.asDict(recursive=True) if row.ddl else {}
+        if row.optype == "VERIFY":  # changes nothing; the image checks it (spark_readers.image_verify)
+            timeline.verifies.append((row.id, name, payload.get("VERIFY") or {}))
+            continue
+        timeline.barriers.setdefault(name, []).append(row.id)
+        timeline.apply(row.id, row.optype, name, payload)
     timeline.written = {(n.dbname, n.tablename) for n in names if n.written}
     for n in names:
         if n.written and not any(e.name == (n.dbname, n.tablename) for t in timeline.tables for e in t.epochs):

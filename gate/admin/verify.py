@@ -31,7 +31,7 @@ from gate.common import checksum, dc
 from gate.common.checksum import KeyValues, in_range, sort_key
 from gate.common.config import check_identifier
 from gate.common.dc import q
-from gate.common.errors import InvalidValue
+from gate.common.errors import InvalidValue, VerifyTimedOut
 
 TABLE = "gate_verify"
 ACTIVE = ("requested", "running")
@@ -106,7 +106,9 @@ def wait(conn: pymysql.Connection, channel: str, ids: Sequence[int], progress: C
             if all(row["state"] not in ACTIVE for row in rows):
                 return rows
             if deadline is not None and time.monotonic() > deadline:
-                raise InvalidValue(f"The verifications {list(ids)} of channel '{channel}' did not end within {timeout} s.")
+                raise VerifyTimedOut(
+                    f"The verifications {list(ids)} of channel '{channel}' did not end within {timeout} s. They go on "
+                    f"in the running gate: run 'gate verify {channel}' again (same --table) to wait for them and compare.")
             time.sleep(interval)
 
 

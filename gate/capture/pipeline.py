@@ -344,10 +344,9 @@ class Pipeline:
             conn = self._ctl_conn()
             queries = [version_query(channel), settings_query(channel), resume_query(channel), stuck_query(channel),
                        marker_query(channel)]
-            waiting = snapshot.TABLE in self._tables  # a channel made before snapshots: its table comes with _prepare
+            waiting = {snapshot.TABLE, snapshot.VERIFY_TABLE} <= self._tables  # else made by _prepare, polled once
             try:
-                found = read_together(conn, queries + ([snapshot.waiting_query(
-                    channel, snapshot.VERIFY_TABLE in self._tables)] if waiting else []))
+                found = read_together(conn, queries + ([snapshot.waiting_query(channel)] if waiting else []))
                 version = usable_version(self._tables, found[0])
             except pymysql.err.ProgrammingError:  # a table or the database is missing
                 version = None

@@ -56,12 +56,10 @@ MAX_HOLD_BACK = 1.0  # ... doubled (up to this) at each read view reported too l
 WHOLE: list[str] = []  # the key of a table snapshotted whole, in one read view (requested with --whole-table)
 
 
-def waiting_query(channel: str, verify: bool = True) -> tuple[str, tuple[Any, ...]]:
-    """A row when gate_snapshot (or, with ``verify``, gate_verify) holds requests or running snapshots or
-    verifications: the engine reads the tables only then."""
-    tables = [TABLE, VERIFY_TABLE] if verify else [TABLE]
-    return " UNION ALL ".join(f"(SELECT 1 FROM {q(channel)}.{table} WHERE state IN ('requested', 'running') LIMIT 1)"
-                              for table in tables), ()
+def waiting_query(channel: str) -> tuple[str, tuple[Any, ...]]:
+    """A row when gate_snapshot or gate_verify holds requests or running ones (the engine reads them only then)."""
+    return (f"(SELECT 1 FROM {q(channel)}.{TABLE} WHERE state IN ('requested', 'running') LIMIT 1) UNION ALL "
+            f"(SELECT 1 FROM {q(channel)}.{VERIFY_TABLE} WHERE state IN ('requested', 'running') LIMIT 1)", ())
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:

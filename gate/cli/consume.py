@@ -204,11 +204,13 @@ def spark_load(app: App, channel: str, out: str, master: str, partitions: int, m
               help="primary key of a table whose CREATE TABLE is not in the history (repeatable)")
 @click.option("--full", is_flag=True, help="rebuild the image from the whole history instead of applying the rows "
               "after its watermark")
+@click.option("--heal", is_flag=True, help="rebuild the image from the whole history when its check of a VERIFY "
+              "row finds a chunk that differs from the source")
 @click.option("--database", metavar="NAME", help="also register the tables in Spark's catalog as NAME.DB_TABLE")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL")
 @click.pass_obj
 def spark_materialise(app: App, channel: str, out: str, increments: str | None, keys: tuple[str, ...], full: bool,
-                      database: str | None, master: str) -> None:
+                      heal: bool, database: str | None, master: str) -> None:
     """Build or update the current image of every captured table.
 
     Applies the change history in id order, by primary key: inserts, updates (a primary-key change
@@ -221,7 +223,9 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
     changed keys into it (or rewrites a table whose columns changed), then commits the image's
     state OUT/_gate, each as an idempotent Delta commit. The primary key comes from the table's
     CREATE TABLE or snapshot in the history, else from --key. Prints each table's row count;
-    tables without a known key are listed and skipped.
+    tables without a known key are listed and skipped. Each VERIFY row ('gate verify') the update
+    applies is checked against the image: a chunk that differs is printed, kept in the image's
+    state, and makes the exit status 5; --heal then rebuilds the image from the whole history.
 
     Example:
 
@@ -229,7 +233,9 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
         gate spark-materialise shop --out /data/gate/shop_now
         gate spark-materialise shop --increments /data/gate/shop --out /data/gate/shop_now --key shop.legacy=id
         gate spark-materialise shop --out /data/gate/shop_now --database lake
+        gate spark-materialise shop --out /data/gate/shop_now --heal
     """
+    from spark_readers import image_verify
     from spark_readers.image import register_tables
     from spark_readers.materialise import materialise_job, parse_keys
     from spark_readers.session import spark_job
@@ -238,13 +244,18 @@ def spark_materialise(app: App, channel: str, out: str, increments: str | None, 
     source = {"channel": channel, **({"config": str(app.config.path.resolve())} if app.config.path else
                                      {"host": app.dc.host, "port": str(app.dc.port), "user": app.dc.user})}
     with spark_job(master) as spark:
-        result = materialise_job(spark, source, out, increments, parse_keys(keys), full)
+        result = materialise_job(spark, source, out, increments, parse_keys(keys), full, heal)
         if database is not None:
             register_tables(spark, out, database)
     if app.as_json:
-        click.echo(json.dumps({"tables": result.tables, "skipped": result.skipped}, indent=2))
-        return
-    for table, count in sorted(result.tables.items()):
-        click.echo(f"{table}: {count} rows")
-    for table, reason in sorted(result.skipped.items()):
-        click.echo(f"skipped {table}: {reason}", err=True)
+        click.echo(json.dumps({"tables": result.tables, "skipped": result.skipped, "verified": result.verified},
+                              indent=2))
+    else:
+        for table, count in sorted(result.tables.items()):
+            click.echo(f"{table}: {count} rows")
+        for table, reason in sorted(result.skipped.items()):
+            click.echo(f"skipped {table}: {reason}", err=True)
+        for line in image_verify.describe(result.verified, f"gate spark-materialise {channel} --out {out} --heal"):
+            click.echo(line, err=True)
+    if result.differs:
+        click.get_current_context().exit(image_verify.DIFFERENT)

@@ -252,3 +252,7 @@ class TableSchemaChanged(GateError):
 
 class TableSchemaUnknown(GateError):
     """A typed change stream's table has no definition in the channel's kept rows."""
+
+
+class VerifyTimedOut(GateError):
+    """gate verify's --timeout passed before the verifications it waits for ended (they go on; exit 1)."""

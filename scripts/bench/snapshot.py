@@ -1,6 +1,7 @@
-"""gate's initial snapshot: rows/s against a plain streamed SELECT, stalls on the source, RSS, stream lag.
+"""gate's initial snapshot (or a verification): rows/s against a plain streamed SELECT, stalls on the source, RSS,
+stream lag.
 
-    .venv/bin/python scripts/bench/snapshot.py [--rows 1000000 5000000] [--readers 2] [--json FILE]
+    .venv/bin/python scripts/bench/snapshot.py [--rows 1000000 5000000] [--readers 2] [--verify] [--json FILE]
 
 On private sandbox servers (a source and a DC, in a temporary folder, stopped at the end) it fills
 bench_a.t (the benchmark's workload-a column mix) to each --rows size and then, per size:
@@ -16,6 +17,9 @@ bench_a.t (the benchmark's workload-a column mix) to each --rows size and then, 
   longest stall another session saw, against the same probe before the snapshot), a paced load
   writes --lag-rate rows/s (default 2,000, in transactions of 100 rows) into another table, whose lag
   (source commit to checkpoint) p99 is reported, and gate's process tree is sampled for its peak RSS.
+
+With --verify the table is verified instead (a gate_verify request, as ``gate verify`` makes): rows/s
+verified, the lag p99 of the paced load meanwhile, CPU per row; no DC ceiling (one VERIFY row per chunk).
 
 Figures are printed, never asserted; the machine's busy share is printed with them.
 """
@@ -141,7 +145,9 @@ def lags(box: Sandbox, channel: str, poller: CheckpointPoller, commits: dict[int
 
 
 def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
-            profile_dir: Path | None = None) -> dict[str, Any]:
+            profile_dir: Path | None = None, verify: bool = False) -> dict[str, Any]:
+    """One size; ``verify``: a verification of the table (gate_verify) instead of a snapshot."""
+    requests = "gate_verify" if verify else "gate_snapshot"
     fill(box, rows)
     plain, plain_cpu = baseline(box)
     probe0 = Probe(box)
@@ -173,17 +179,17 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
         with box.dc.connect(channel) as conn, conn.cursor() as cur:
             requested = time.time()
             cpu0 = {**server_cpu(box), **gate.monitor.snapshot_cpu()}
-            cur.execute("INSERT INTO gate_snapshot (dbname, tablename, reason) VALUES ('bench_a', 't', 'benchmark')")
+            cur.execute(f"INSERT INTO {requests} (dbname, tablename, reason) VALUES ('bench_a', 't', 'benchmark')")
             loader.start()
             while True:
-                cur.execute("SELECT state, rows_done FROM gate_snapshot")
+                cur.execute(f"SELECT state, rows_done FROM {requests}")
                 state, done_rows = cur.fetchone()
                 if state in ("done", "cancelled"):
                     break
                 gate.check()
                 time.sleep(0.05)
             took = time.time() - requested
-            cur.execute("SELECT TIMESTAMPDIFF(MICROSECOND, started_at, finished_at) / 1e6 FROM gate_snapshot")
+            cur.execute(f"SELECT TIMESTAMPDIFF(MICROSECOND, started_at, finished_at) / 1e6 FROM {requests}")
             running = float(cur.fetchone()[0])
             cpu1 = {**server_cpu(box), **gate.monitor.snapshot_cpu()}
         stalls = probe.stop()
@@ -195,9 +201,18 @@ def measure(box: Sandbox, rows: int, readers: int, lag_rate: int, workdir: Path,
         poller.stop()
     commits = dict(json.loads(commits_file.read_text()))
     lag = lags(box, channel, poller, {int(k): v for k, v in commits.items()})
+    snap_cpu = per_row_us(cpu0, cpu1, done_rows)
+    if verify:  # a VERIFY row per chunk: no DC ingest to compare with
+        drop_channel(box.dc, channel)
+        return {
+            "rows": rows, "kind": "verify", "state": state, "verified_rows": done_rows, "seconds": round(took, 2),
+            "verified_rows_per_s": round(done_rows / took), "running_seconds": round(running, 2),
+            "running_rows_per_s": round(done_rows / running), "select_rows_per_s": round(plain),
+            "probe_max_ms_during": round(max(stalls) * 1000, 1), "peak_rss_mb": round(sample.peak_tree_rss / MB),
+            "lag_p99_s": round(percentile(lag, 99), 3) if lag else None, "lag_rows": len(lag),
+            "machine_busy_percent": round(busy_percent(busy0, busy1)), "verify_cpu_us_per_row": snap_cpu}
     ceiling = measure_ceiling(box.dc, channel, "optype = 'SNAPSHOT'", repeat=3)  # the DC's LOAD DATA of those rows
     drop_channel(box.dc, channel)
-    snap_cpu = per_row_us(cpu0, cpu1, done_rows)
     return {
         "rows": rows, "state": state, "snapshot_rows": done_rows, "seconds": round(took, 2),
         "snapshot_rows_per_s": round(done_rows / took), "select_rows_per_s": round(plain),
@@ -220,6 +235,8 @@ def main() -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--readers", type=int, default=ChannelDefaults().snapshot_readers)
     parser.add_argument("--lag-rate", type=int, default=2000, help="rows/s of the paced load (0: none)")
+    parser.add_argument("--verify", action="store_true", help="a verification of the table (gate verify's) "
+                        "instead of a snapshot: rows/s verified and the stream's lag meanwhile")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profile-dir", type=Path, help="cProfile gate's processes into this folder")
     parser.add_argument("--dc-option", action="append", default=[],
@@ -235,7 +252,7 @@ def main() -> int:
                 cur.execute("CREATE TABLE bench_probe.p (id INT PRIMARY KEY, n INT)")
                 cur.execute("INSERT INTO bench_probe.p VALUES (1, 0)")
             for rows in sorted(args.rows):
-                result = measure(box, rows, args.readers, args.lag_rate, Path(tmp), args.profile_dir)
+                result = measure(box, rows, args.readers, args.lag_rate, Path(tmp), args.profile_dir, args.verify)
                 results.append(result)
                 print(json.dumps(result), flush=True)
         finally:
