@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from gate.capture.failover import clear_marker
+from gate.capture.holder import Fence
 from gate.capture.snapshot import Note, record
 from gate.capture.writer import forget_stuck
 from gate.capture.xa import forget
@@ -45,6 +46,7 @@ class Checkpointer:
     interval: float = 0.1
     marker_pending: bool = False  # a switch's dedupe marker goes with the first checkpoint on the new source
     stuck: list[int] = field(default_factory=list)  # ids of stuck_row notes above the checkpoint, left by a killed run
+    fence: Fence | None = None  # checked first in each checkpoint's transaction (see gate.capture.holder)
     _chunks: deque[_Chunk] = field(default_factory=deque)
     _index: dict[int, _Chunk] = field(default_factory=dict)
     _target: ResumeState | None = None
@@ -99,6 +101,8 @@ class Checkpointer:
         try:
             conn.begin()
             with conn.cursor() as cur:
+                if self.fence is not None:
+                    self.fence.check(cur)
                 write_resume(cur, self.channel, target)
                 forget(cur, self.channel, resolved)
                 record(cur, self.channel, notes)

@@ -29,6 +29,18 @@ from gate.capture.ddl import UNLOGGED, snapshot_tables, unlogged_tables
 from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.decoder import DecoderPool
 from gate.capture.failover import Deduper, StandbySampler, plan_switch, read_marker, without_held
+from gate.capture.holder import (
+    Fence,
+    Heartbeat,
+    Me,
+    confirm,
+    deposed_message,
+    holder_state,
+    lease_of,
+    leave,
+    stand_by,
+    take_over,
+)
 from gate.capture.metrics import MetricsServer, RunMetrics, Stage
 from gate.capture.ordering import Ordering
 from gate.capture.reader import (
@@ -71,6 +83,7 @@ from gate.common.dc import (
 from gate.common.errors import (
     ChannelBusy,
     ConnectionFailed,
+    Deposed,
     DrainAbandoned,
     GateError,
     ServerRefused,
@@ -175,7 +188,7 @@ class Pipeline:
     """Runs one channel in the foreground until :meth:`stop` (or SIGTERM/SIGINT)."""
 
     def __init__(self, dc: ServerConfig, channel: str, preflight: bool = True, metrics_port: int | None = None,
-                 metrics_address: str | None = None) -> None:
+                 metrics_address: str | None = None, standby: bool = False) -> None:
         q(channel)
         self.dc = dc
         self.channel = channel
@@ -194,6 +207,10 @@ class Pipeline:
         self._failure: GateError | None = None  # what stopped a thread beside the main loop, raised by the loop
         self._stuck: list[int] = []  # ids of stuck_row notes above the checkpoint, left by an earlier run
         self._on_rows_without_events = "snapshot"  # the channel's setting, read at start and with the filter
+        self.standby = standby  # wait until the channel has no live holder, then take it over
+        self.me = Me.here()
+        self._epoch: int | None = None  # this run's epoch in gate_holder, once it holds the channel
+        self._heartbeat: Heartbeat | None = None
 
     def fail(self, exc: GateError) -> None:
         """A thread beside the main loop (retention, the standby sampler) met an error that stops gate; the
@@ -240,18 +257,61 @@ class Pipeline:
             raise
         holder = take_lock(conn, self.channel)
         if holder is not None:
-            conn.close()
+            try:
+                if self._epoch is not None:  # this run held the channel: was it taken over meanwhile?
+                    with conn.cursor() as cur:
+                        found = holder_state(cur, self.channel)
+                    if found is None or found.epoch != self._epoch:
+                        raise Deposed(deposed_message(self.channel, self._epoch, None if found is None else (
+                            found.epoch, found.host, found.pid)))
+            finally:
+                conn.close()
             raise ChannelBusy(
                 f"Channel '{self.channel}' is already being run by another gate process (DC connection "
-                f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
+                f"{holder}). Stop that one first, or start this one as a standby ('gate run {self.channel} "
+                f"--standby'); 'gate status {self.channel}' shows it."
             )
+        return self._hold(conn)
+
+    def _hold(self, conn: pymysql.Connection, reason: str | None = None) -> pymysql.Connection:
+        """``conn`` holds the channel's lock: take the channel over (a new epoch) on the first time, else
+        confirm this run still holds it; then say who runs it."""
         try:
             schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
+            if self._epoch is None:
+                with refusals("DC", self.dc, "the takeover of the channel (gate_holder, gate_takeover)", self.channel):
+                    self._epoch = take_over(conn, self.channel, self.me, self.standby, reason)
+                    with conn.cursor() as cur:
+                        lease = lease_of(cur, self.channel)
+                self._heartbeat = Heartbeat(self.dc, self.channel, self.me, self._epoch, lease, self._deposed)
+                self._heartbeat.start()
+            else:
+                confirm(conn, self.channel, self._epoch)
             self._announce(conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _fence(self) -> Fence:
+        """What this run's other DC connections check in each write transaction (it holds the channel)."""
+        assert self._epoch is not None
+        return Fence(self.channel, self._epoch)
+
+    def _deposed(self, exc: GateError) -> None:
+        """The heartbeat found another holder: the main loop stops on it; should it not end soon (waiting on a
+        hung DC connection), the process exits anyway. Nothing of it can land in the DC (every write is fenced)."""
+        self.fail(exc)
+        timer = threading.Timer(ABANDON_WITHIN + 2 * (self._heartbeat.lease if self._heartbeat else 5.0),
+                                self._exit_deposed, (exc,))
+        timer.daemon = True
+        timer.start()
+
+    def _exit_deposed(self, exc: GateError) -> None:
+        log.error("%s", exc)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(Deposed.exit_code)
 
     def _announce(self, conn: pymysql.Connection) -> None:
         """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
@@ -319,14 +379,24 @@ class Pipeline:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._signalled())
-        start_forkserver(["gate.capture.children"])  # it loads the children's modules while gate starts up
         try:
+            if self.standby:
+                found = stand_by(self.dc, self.channel, self.me, self._stopping)
+                if found is None:
+                    log.info("channel %s: stopped while standing by", self.channel)
+                    return self.stats
+                self._ctl = self._hold(*found)
+            start_forkserver(["gate.capture.children"])  # it loads the children's modules while gate starts up
             with refusals("DC", self.dc, "a statement of gate's control connection", self.channel):
-                return self._run()
+                stats = self._run()
+            self._leave()
+            return stats
         except (GateError, pymysql.err.MySQLError) as exc:
             self._record_stop(exc)
             raise
         finally:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
             if self._retainer is not None:
                 self._retainer.stop()
             if self.metrics_server is not None:
@@ -338,8 +408,8 @@ class Pipeline:
         """Leave the error that stops gate in gate_meta for 'gate status' (the next start removes it), while the
         channel's lock is still held; a DC that cannot take it leaves it in the log alone. Servers that could
         not be reached are the log's alone (a restart retries them)."""
-        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy)):
-            return  # not this run's channel, a deliberate stop, or a DC that may not answer now
+        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy, Deposed)):
+            return  # not this run's channel (any more), a deliberate stop, or a DC that may not answer now
         exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
         try:
             transaction = exc.transaction if isinstance(exc, TransactionRefused) else None
@@ -347,6 +417,17 @@ class Pipeline:
                                                             transaction=transaction))
         except pymysql.err.MySQLError as failed:
             log.warning("channel %s: the error that stops gate was not recorded in the DC (%s)", self.channel, failed)
+
+    def _leave(self) -> None:
+        """A clean stop: a standby takes the channel over at once."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._ctl is not None and self._epoch is not None:
+            try:
+                leave(self._ctl, self.channel, self.me)
+            except pymysql.err.MySQLError as exc:
+                log.warning("channel %s: not marked as stopped cleanly in the DC (%s); a standby takes over once "
+                            "lease_seconds pass", self.channel, exc)
 
     def _serve_metrics(self, settings: ChannelSettings) -> None:
         """Start the metrics and health endpoints if the command line or the channel's settings ask."""
@@ -382,7 +463,8 @@ class Pipeline:
                 return self.stats
             state = self._prepare(settings)
             if self._retainer is None:  # once the channel's lock is held: removal runs beside the capture
-                self._retainer = Retainer(self.dc, self.channel, self.metrics.retention, self.fail)
+                self._retainer = Retainer(self.dc, self.channel, self.metrics.retention, self.fail,
+                                         self._fence())
                 self._retainer.start()
             try:
                 self._run_source(settings, state)
@@ -428,7 +510,7 @@ class Pipeline:
         self._on_rows_without_events = defaults.on_rows_without_events
         with ExitStack() as not_started:  # the children start first, while gate connects to the source
             pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
-                              on_written=self._chunk_written)
+                              on_written=self._chunk_written, fence=self._fence())
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)
@@ -456,8 +538,9 @@ class Pipeline:
             not_started.pop_all()  # from here on _finish closes them
         sequencer = Sequencer(state.id, state.tid, source.address)
         checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,
-                                    marker_pending=marker is not None, stuck=self._stuck)
-        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds, self.fail)
+                                    marker_pending=marker is not None, stuck=self._stuck, fence=self._fence())
+        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds, self.fail,
+                                  self._fence())
                    if settings.standby else None)
         log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d decoders, %d writers%s",
                  self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.decoders,

@@ -23,6 +23,7 @@ from typing import Any
 
 import pymysql
 
+from gate.capture.holder import Fence, tag_session
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row, q
@@ -42,8 +43,10 @@ log = logging.getLogger(__name__)
 
 
 def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int]:
-    """A writer's DC session, and its max_allowed_packet (the server's global value when it opened)."""
+    """A writer's DC session (tagged for a takeover to find), and its max_allowed_packet (the server's global
+    value when it opened)."""
     conn = connect(server, "DC", database, autocommit=False)
+    tag_session(conn, database)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("SELECT @@SESSION.sql_mode, @@SESSION.max_allowed_packet")
@@ -128,11 +131,14 @@ def too_large_message(channel: str, server: ServerConfig, exc: RowTooLarge) -> s
 
 
 def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGEST_PACKET,
-           resolved: str | None = None) -> None:
-    """One DC transaction; ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
+           resolved: str | None = None, fence: Fence | None = None) -> None:
+    """One DC transaction, checking ``fence`` first (this run's epoch, see gate.capture.holder; None in tests
+    of the writer alone); ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
     statements = insert_statements(rows, max_packet)  # a row too large raises before anything is sent
     try:
         with conn.cursor() as cur:
+            if fence is not None:
+                fence.check(cur)
             for statement in statements:
                 cur.execute(statement)
             if resolved is not None:
@@ -180,7 +186,7 @@ def forget_stuck(cur: pymysql.cursors.Cursor, channel: str, ids: list[int]) -> N
     cur.executemany(f"DELETE FROM {q(channel)}.gate_meta WHERE name = %s", [(f"{STUCK_KEY}{i}",) for i in ids])
 
 
-def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
+def _writer_main(server: ServerConfig, database: str, fence: Fence | None, inbox: Any, outbox: Any) -> None:
     start_child("gate-writer")
     conn: pymysql.Connection | None = None
     max_packet = LARGEST_PACKET
@@ -205,7 +211,7 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
                     conn, max_packet = _dc_session(server, database)
                     if attempt and _landed(conn, rows):
                         break
-                _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}")
+                _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}", fence)
                 break
             except RowTooLarge as exc:
                 now = time.monotonic()
@@ -253,11 +259,11 @@ class WriterPool(WorkerPool):
 
     def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
                  cancel: threading.Event | None = None,
-                 on_written: Callable[[dict[str, int], float], None] | None = None) -> None:
+                 on_written: Callable[[dict[str, int], float], None] | None = None, fence: Fence | None = None) -> None:
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
         self._on_written = on_written  # told each committed chunk's rows per optype and its seconds
-        super().__init__(_writer_main, (server, database), processes, depth)
+        super().__init__(_writer_main, (server, database, fence), processes, depth)
         self.in_flight = 0
         self._done: list[int] = []
 

@@ -35,8 +35,11 @@ MAX_SAMPLE = 3600  # seconds 'gate status --sample' may watch at most
               help="serve /metrics, /healthz and /readyz on this port, 0 for none [default: the channel's metrics_port]")
 @click.option("--metrics-address", metavar="ADDRESS",
               help="the interface they listen on [default: the channel's metrics_address, 127.0.0.1]")
+@click.option("--standby", is_flag=True,
+              help="wait until no live gate runs CHANNEL (on any host), then take it over and run it")
 @click.pass_obj
-def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metrics_address: str | None) -> None:
+def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metrics_address: str | None,
+        standby: bool) -> None:
     """Run CHANNEL in the foreground: read its source's binlog into its DC database.
 
     gate acts as a replica of the channel's source (with the channel's server_id), writes every row
@@ -63,24 +66,35 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     the fix; 'gate status' shows it.
 
     
+    With --standby, gate first waits on one DC connection, idle, until no live gate runs the channel:
+    none holds its lock (the one running it stopped, was killed or crashed), or the one holding it has
+    not beaten its heartbeat for lease_seconds (its host is down or cut off from the DC, or it is
+    stopped): then gate ends that one's DC connections and runs the channel from its checkpoint, as
+    'gate run' does. Any number of hosts may stand by; one takes over. A gate that was taken over writes
+    nothing more (every DC write checks the channel's epoch in its own transaction) and exits with
+    status 5. A standby started before the channel exists waits for it. See docs/dba/several-hosts.md.
+
     Exit status:
       0  stopped by SIGTERM or Ctrl-C, checkpoint stored
       1  restart me: a server unreachable at start, an error a new run may not meet, a second signal
       2  a malformed config, channel name or value, a metrics port taken: fix it, do not restart
       3  a server refused gate (privilege, login, database, table, read-only, TLS certificate): an
          operator must act
+      5  deposed: another gate (a standby) took the channel over while this one was silent; do not
+         restart blindly ('gate status' says who runs it now and why)
 
     Example:
 
     \b
         gate run demo
         gate run demo --metrics-port 9187
+        gate run demo --standby
         GATE_CONFIG=/etc/gate/config.yaml gate run orders
     """
     check_identifier(channel, "channel name")
     setup_logging(app.config.log.level)
     Pipeline(app.dc, channel, preflight=not no_check, metrics_port=metrics_port,
-             metrics_address=metrics_address).run()
+             metrics_address=metrics_address, standby=standby).run()
 
 
 @click.command()

@@ -179,7 +179,8 @@ def unfinished(conn: pymysql.Connection, name: str) -> bool:
     return _commented(conn, name) or {*dc_schema.CONTRACT_TABLES, "gate_meta"} <= tables
 
 
-ADDED_LATER = ("gate_xa_pending", "gate_snapshot")  # made on first use in channels created before them
+# made on first use in channels created before them
+ADDED_LATER = ("gate_xa_pending", "gate_snapshot", "gate_holder", "gate_process", "gate_takeover")
 
 
 def missing_tables(conn: pymysql.Connection, name: str) -> list[str]:
