@@ -12,11 +12,15 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+import pymysql
 import pytest
 
 from gate.common.config import ChannelDefaults
+from gate.common.dc import drop_channel
 from gate.devtools.sandbox import MariaDBServer, Sandbox
 from gate.devtools.workload import RandomWorkload
+from tests.linkproxy import LinkProxy
 from tests.replay import (
     GATE,
     STARTED,
@@ -25,6 +29,7 @@ from tests.replay import (
     fresh_target,
     make_channel,
     replay,
+    server_config,
     table_contents,
     wait_caught_up,
 )
@@ -62,6 +67,12 @@ def _holder(dc: MariaDBServer, channel: str) -> tuple[int, int] | None:
         cur.execute("SELECT epoch, pid FROM gate_holder")
         row = cur.fetchone()
     return None if row is None else (int(row[0]), int(row[1]))
+
+
+def _channel_exists(dc: MariaDBServer, channel: str) -> bool:
+    """Whether the channel's database exists."""
+    with dc.connect() as conn, conn.cursor() as cur:
+        return bool(cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (channel,)))
 
 
 def _wait_holder(dc: MariaDBServer, channel: str, pids: set[int], timeout: float) -> tuple[int, int]:
@@ -155,3 +166,141 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
         assert cur.fetchone()[0] == f"{os.uname().nodename} pid {winner} had stopped cleanly"
     assert _stop(standbys[loser]) == 0
     _assert_exact(sandbox, channel, db)
+
+
+AUDIT = [
+    "CREATE TABLE audit (seq BIGINT AUTO_INCREMENT PRIMARY KEY, who VARCHAR(80), what VARCHAR(20), id BIGINT)",
+    # gate_a's rows are slow (4 ms each): its writers are nearly always inside a transaction when it is stopped
+    """CREATE TRIGGER audit_rows AFTER INSERT ON transfer_data FOR EACH ROW BEGIN
+         INSERT INTO audit (who, what, id) VALUES (SUBSTRING_INDEX(USER(), '@', 1), 'row', NEW.id);
+         IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.004); END IF;
+       END""",
+    """CREATE TRIGGER audit_removals AFTER DELETE ON transfer_data FOR EACH ROW
+         INSERT INTO audit (who, what, id) VALUES (SUBSTRING_INDEX(USER(), '@', 1), 'delete', OLD.id)""",
+    """CREATE TRIGGER audit_checkpoints AFTER UPDATE ON transfer_checkpoint FOR EACH ROW
+         INSERT INTO audit (who, what, id) VALUES (SUBSTRING_INDEX(USER(), '@', 1), 'checkpoint', NEW.id)""",
+]
+
+
+def _audited(dc: MariaDBServer, channel: str) -> None:
+    """DC users gate_a and gate_b for the two hosts (each may end the other's connections: CONNECTION ADMIN),
+    and triggers that log who wrote each row, removed one, or moved the checkpoint, in the same transaction."""
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        for user in ("gate_a", "gate_b"):
+            cur.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%'")
+            cur.execute(f"GRANT ALL ON `{channel}`.* TO '{user}'@'%'")
+            cur.execute(f"GRANT CONNECTION ADMIN ON *.* TO '{user}'@'%'")
+        for statement in AUDIT:
+            cur.execute(statement)
+
+
+def _audit(dc: MariaDBServer, channel: str) -> list[tuple[int, str, str, int]]:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT seq, who, what, id FROM audit ORDER BY seq")
+        return list(cur.fetchall())
+
+
+def _assert_fenced(dc: MariaDBServer, channel: str) -> None:
+    """Nothing of gate_a (rows, removals, checkpoints) after gate_b's first write, and gate_b did write."""
+    audit = _audit(dc, channel)
+    first_b = next(seq for seq, who, _, _ in audit if who == "gate_b")
+    late = [entry for entry in audit if entry[1] == "gate_a" and entry[0] > first_b]
+    assert late == []
+    assert any(who == "gate_a" and what == "row" for _, who, what, _ in audit)
+
+
+def _wait_audit(dc: MariaDBServer, channel: str, who: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(entry[1] == who and entry[2] == "row" for entry in _audit(dc, channel)):
+        assert time.monotonic() < deadline, f"{who} wrote no row within {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_stopped_active_gate_is_taken_over_and_lands_nothing_when_it_wakes(
+        sandbox: Sandbox, channel: str, tmp_path: Path) -> None:
+    db = f"src_{channel}"
+    _audited(sandbox.dc, channel)
+    active = _host(tmp_path, "a", sandbox.dc, channel, user="gate_a")
+    _wait_holder(sandbox.dc, channel, {active.pid}, 30)
+    standby = _host(tmp_path, "b", sandbox.dc, channel, "--standby", user="gate_b")
+    load = _load(sandbox.source, db, 300)
+    _wait_audit(sandbox.dc, channel, "gate_a")
+    time.sleep(0.5)
+    os.killpg(active.pid, signal.SIGSTOP)  # gate and its writers, in the middle of their work
+    stopped = time.monotonic()
+    _wait_holder(sandbox.dc, channel, {standby.pid}, BOUND)
+    assert time.monotonic() - stopped < BOUND
+    _wait_audit(sandbox.dc, channel, "gate_b")
+    time.sleep(0.5)
+    for child in psutil.Process(active.pid).children(recursive=True):  # its writers wake first and retry
+        child.send_signal(signal.SIGCONT)
+    time.sleep(1.5)
+    os.kill(active.pid, signal.SIGCONT)
+    assert active.wait(timeout=30) == 5
+    assert f"was taken over by {os.uname().nodename} pid {standby.pid}" in _log(tmp_path, "a")
+    load.join()
+    _assert_exact(sandbox, channel, db)
+    _assert_fenced(sandbox.dc, channel)
+    with sandbox.dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SELECT reason FROM gate_takeover ORDER BY epoch DESC LIMIT 1")
+        assert f"pid {active.pid} was silent (no heartbeat for" in cur.fetchone()[0]
+    assert _stop(standby) == 0
+
+
+def test_the_active_gate_cut_off_from_the_dc_is_taken_over_and_exits_when_the_link_returns(
+        sandbox: Sandbox, channel: str, tmp_path: Path) -> None:
+    db = f"src_{channel}"
+    _audited(sandbox.dc, channel)
+    link = LinkProxy(sandbox.dc.port)
+    try:
+        active = _host(tmp_path, "a", sandbox.dc, channel, port=link.port, user="gate_a")
+        _wait_holder(sandbox.dc, channel, {active.pid}, 30)
+        standby = _host(tmp_path, "b", sandbox.dc, channel, "--standby", user="gate_b")
+        load = _load(sandbox.source, db, 300)
+        _wait_audit(sandbox.dc, channel, "gate_a")
+        time.sleep(0.5)
+        link.black_hole()
+        cut = time.monotonic()
+        _wait_holder(sandbox.dc, channel, {standby.pid}, BOUND)
+        assert time.monotonic() - cut < BOUND
+        _wait_audit(sandbox.dc, channel, "gate_b")
+        time.sleep(1.0)
+        link.heal()
+        assert active.wait(timeout=30) == 5
+    finally:
+        link.close()
+    assert f"was taken over by {os.uname().nodename} pid {standby.pid}" in _log(tmp_path, "a")
+    load.join()
+    _assert_exact(sandbox, channel, db)
+    _assert_fenced(sandbox.dc, channel)
+    assert _stop(standby) == 0
+
+
+def _wait_log(tmp_path: Path, name: str, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in _log(tmp_path, name):
+        assert time.monotonic() < deadline, f"no '{text}' in the log of {name} after {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_standby_started_before_its_channel_exists_or_while_it_is_dropped_waits_for_it(
+        sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    db = f"src_{unique_name}"
+    waiting = "no such channel on the DC server"
+    standby = _host(tmp_path, "b", sandbox.dc, unique_name, "--standby")
+    _wait_log(tmp_path, "b", waiting)
+    assert standby.poll() is None and not _channel_exists(sandbox.dc, unique_name)
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                 defaults=ChannelDefaults(lease_seconds=LEASE))
+    _wait_holder(sandbox.dc, unique_name, {standby.pid}, BOUND)
+    _load(sandbox.source, db, 30, pace=0).join()
+    _assert_exact(sandbox, unique_name, db)
+    assert _stop(standby) == 0
+    with pymysql.connect(**server_config(sandbox.dc).connect_args()) as conn:
+        drop_channel(conn, unique_name)
+    standby = _host(tmp_path, "c", sandbox.dc, unique_name, "--standby")
+    _wait_log(tmp_path, "c", waiting)
+    make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
+                 defaults=ChannelDefaults(lease_seconds=LEASE))
+    assert _wait_holder(sandbox.dc, unique_name, {standby.pid}, BOUND)[0] == 1  # the new channel's first epoch
+    assert _stop(standby) == 0

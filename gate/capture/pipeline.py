@@ -749,6 +749,8 @@ class Pipeline:
         gate (MissingSecret)."""
         try:
             settings = read_settings(self._ctl_conn(), self.channel)
+        except Deposed:
+            raise
         except (GateError, pymysql.err.Error) as exc:
             log.warning("channel %s: filter not re-read (%s); the current one stays until the next try", self.channel, exc)
             return
