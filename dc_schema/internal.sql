@@ -102,11 +102,11 @@ CREATE TABLE IF NOT EXISTS gate_holder (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
 -- Every gate process of the channel: the one running it (active) and those standing by, each with the
--- DC clock (UTC) at its last heartbeat. A clean stop removes the process's row.
+-- DC clock (UTC) at its last heartbeat.
 CREATE TABLE IF NOT EXISTS gate_process (
   host  VARCHAR(255) NOT NULL,
   pid   INT UNSIGNED NOT NULL,
-  role  VARCHAR(16)  NOT NULL COMMENT 'active | standby',
+  role  VARCHAR(16)  NOT NULL COMMENT 'active | standby | stopped (a clean stop, until the next holder)',
   since DATETIME(6)  NOT NULL,
   seen  DATETIME(6)  NOT NULL,
   PRIMARY KEY (host, pid)

@@ -155,7 +155,8 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                      "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
                      "retain_days": 30, "consumer_max_idle_days": 2.5, "retention_interval_seconds": 60.0,
                      "snapshot_readers": 2, "snapshot_chunk_seconds": 0.5, "snapshot_chunk_rows": 2000,
-                     "on_rows_without_events": "snapshot", "snapshot_whole_table_rows": 100000},
+                     "on_rows_without_events": "snapshot", "snapshot_whole_table_rows": 100000,
+                         "lease_seconds": 5.0},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }
@@ -313,8 +314,8 @@ def test_drop_while_a_gate_runs_the_channel(gate: Gate, sandbox: Sandbox, unique
     log = (tmp_path / f"{unique_name}.log").read_text()
     # the first DC statement after the drop fails: a write, the checkpoint, or the poll of snapshot requests
     assert re.search(rf"\nerror: The DC server {sandbox.dc.address} refused .*: \[1146\] Table '{unique_name}\."
-                     r"(transfer_data|transfer_checkpoint|gate_snapshot)' doesn't exist\. The channel's database or one "
-                     r"of its tables is gone .*\n$", log), log
+                     r"(transfer_data|transfer_checkpoint|gate_snapshot|gate_holder)' doesn't exist\. The channel's "
+                     r"database or one of its tables is gone .*\n$", log), log
 
 
 def test_empty_password_variables_are_refused(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:

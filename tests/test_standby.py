@@ -5,16 +5,20 @@ DC's ids and tids are gap-free and its fold equals the source."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
 import pymysql
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gate.common.config import ChannelDefaults
 from gate.common.dc import drop_channel
@@ -52,6 +56,25 @@ def _host(tmp_path: Path, name: str, dc: MariaDBServer, channel: str, *args: str
                             stderr=log, cwd=home, start_new_session=True)
     STARTED.append(gate)
     return gate
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _gate(tmp_path: Path, *args: str) -> str:
+    """A gate command's output, with host a's config."""
+    return subprocess.run([GATE, "--config", str(tmp_path / "a" / "config.yaml"), *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {family.name: [(sample.labels, sample.value) for sample in family.samples]
+            for family in text_string_to_metric_families(text)}
 
 
 def _log(tmp_path: Path, name: str) -> str:
@@ -137,8 +160,10 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     db = f"src_{channel}"
     active = _host(tmp_path, "a", sandbox.dc, channel)
     _wait_holder(sandbox.dc, channel, {active.pid}, 30)
-    standbys = {gate.pid: gate for gate in (_host(tmp_path, "b", sandbox.dc, channel, "--standby"),
-                                            _host(tmp_path, "c", sandbox.dc, channel, "--standby"))}
+    ports = {name: _free_port() for name in "bc"}
+    standbys = {gate.pid: gate for gate in (
+        _host(tmp_path, name, sandbox.dc, channel, "--standby", "--metrics-port", str(ports[name])) for name in "bc")}
+    names = dict(zip(standbys, "bc", strict=True))
     load = _load(sandbox.source, db, 300)
     time.sleep(1.5)
     active.kill()
@@ -158,6 +183,19 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     assert (pid, by_standby, from_pid) == (winner, 1, active.pid)
     assert f"pid {active.pid} ended without a clean stop" in reason
     assert roles == {winner: "active", loser: "standby"}
+    host = os.uname().nodename
+    status = json.loads(_gate(tmp_path, "--json", "status", channel, "--sample", "0"))
+    assert [(g["role"], g["pid"]) for g in status["gates"]] == [("active", winner), ("standby", loser)]
+    assert [(t["pid"], t["standby"], t["from_pid"]) for t in status["takeovers"]] == [
+        (active.pid, False, None), (winner, True, active.pid)]
+    listed = next(row for row in json.loads(_gate(tmp_path, "--json", "channel", "list")) if row["channel"] == channel)
+    assert listed["standing_by"] == [f"{host}/{loser}"] and listed["gate"]["pid"] == winner
+    assert listed["last_takeover"]["from_pid"] == active.pid
+    figures = _metrics(ports[names[winner]])
+    assert figures["gate_holder_epoch"] == [({"channel": channel}, epoch)]
+    assert figures["gate_standby_gates"] == [({"channel": channel}, 1)]
+    [(labels, took)] = figures["gate_takeover_timestamp_seconds"]
+    assert labels == {"channel": channel, "from_gate": f"{host} pid {active.pid}"} and time.time() - took < 60
     # a clean stop of the winner hands the channel to the other standby at once
     assert _stop(standbys[winner]) == 0
     _wait_holder(sandbox.dc, channel, {loser}, BOUND)

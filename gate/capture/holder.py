@@ -122,23 +122,27 @@ class HolderState:
     host: str
     pid: int
     connection: int
-    silent: float | None  # seconds since its heartbeat; None: its process row is gone (it stopped cleanly)
+    silent: float | None  # seconds since its heartbeat; None: its process row is gone (a takeover removed it)
+    stopped: bool  # it stopped cleanly (it releases the lock as it exits)
 
 
 def holder_state(cur: pymysql.cursors.Cursor, channel: str) -> HolderState | None:
-    cur.execute(f"SELECT h.epoch, h.host, h.pid, h.connection, TIMESTAMPDIFF(MICROSECOND, p.seen, UTC_TIMESTAMP(6)) "
+    cur.execute(f"SELECT h.epoch, h.host, h.pid, h.connection, TIMESTAMPDIFF(MICROSECOND, p.seen, UTC_TIMESTAMP(6)), "
+                "p.role = 'stopped' "
                 f"FROM {q(channel)}.gate_holder h LEFT JOIN {q(channel)}.gate_process p "
                 "ON p.host = h.host AND p.pid = h.pid WHERE h.singleton = 1")
     row = cur.fetchone()
     if row is None:
         return None
-    return HolderState(int(row[0]), row[1], int(row[2]), int(row[3]), None if row[4] is None else row[4] / 1e6)
+    return HolderState(int(row[0]), row[1], int(row[2]), int(row[3]), None if row[4] is None else row[4] / 1e6,
+                       bool(row[5]))
 
 
-def take_over(conn: pymysql.Connection, channel: str, me: Me, standby: bool, reason: str | None = None) -> int:
+def take_over(conn: pymysql.Connection, channel: str, me: Me, standby: bool,
+              reason: str | None = None) -> tuple[int, str]:
     """Become the channel's holder: the caller holds its lock on ``conn``. One transaction raises the
     epoch (waiting for the previous holder's write transactions in flight), records this process as active
-    and the takeover; returns the new epoch."""
+    and the takeover; returns the new epoch and the previous holder ('HOST pid N', '' for none)."""
     with conn.cursor() as cur:
         ensure_tables(cur, channel)
         conn.begin()
@@ -149,7 +153,7 @@ def take_over(conn: pymysql.Connection, channel: str, me: Me, standby: bool, rea
         if reason is None:
             if previous is None:
                 reason = "first run of the channel"
-            elif previous.silent is None:
+            elif previous.stopped:
                 reason = f"{previous.host} pid {previous.pid} had stopped cleanly"
             else:
                 reason = (f"{previous.host} pid {previous.pid} had ended without a clean stop (its DC connection "
@@ -168,7 +172,7 @@ def take_over(conn: pymysql.Connection, channel: str, me: Me, standby: bool, rea
                     "since = UTC_TIMESTAMP(6), seen = UTC_TIMESTAMP(6)", (me.host, me.pid))
         conn.commit()
     log.info("channel %s: %s holds it now (epoch %d): %s", channel, me, epoch, reason)
-    return epoch
+    return epoch, "" if previous is None else f"{previous.host} pid {previous.pid}"
 
 
 def confirm(conn: pymysql.Connection, channel: str, epoch: int) -> None:
@@ -182,9 +186,10 @@ def confirm(conn: pymysql.Connection, channel: str, epoch: int) -> None:
 
 
 def leave(conn: pymysql.Connection, channel: str, me: Me) -> None:
-    """A clean stop: this process's row goes, so a standby takes over at once, naming it a clean stop."""
+    """A clean stop, before the lock goes with the connection: a standby takes over as it goes, naming it."""
     with conn.cursor() as cur:
-        cur.execute(f"DELETE FROM {q(channel)}.gate_process WHERE host = %s AND pid = %s", (me.host, me.pid))
+        cur.execute(f"UPDATE {q(channel)}.gate_process SET role = 'stopped', seen = UTC_TIMESTAMP(6) WHERE host = %s "
+                    "AND pid = %s", (me.host, me.pid))
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,7 @@ def processes(cur: pymysql.cursors.Cursor, channel: str, lease: float) -> list[d
                        "'gate_process'", (channel,)):
         return []
     cur.execute(f"SELECT host, pid, role, since, TIMESTAMPDIFF(MICROSECOND, seen, UTC_TIMESTAMP(6)) "
-                f"FROM {q(channel)}.gate_process ORDER BY role, host, pid")
+                f"FROM {q(channel)}.gate_process WHERE role <> 'stopped' ORDER BY role, host, pid")
     return [{"host": h, "pid": int(p), "role": r, "since": s.isoformat(sep=" ", timespec="seconds"),
              "heartbeat_age_seconds": round(age / 1e6, 1)}
             for h, p, r, s, age in cur.fetchall() if age / 1e6 <= STANDBY_SEEN * lease]
@@ -352,7 +357,7 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                         previous = holder_state(cur, channel)
                         if reason is None and previous is not None:
                             reason = (f"{previous.host} pid {previous.pid} had stopped cleanly"
-                                      if previous.silent is None else
+                                      if previous.stopped else
                                       f"{previous.host} pid {previous.pid} ended without a clean stop (its DC "
                                       "connection closed: killed or crashed)")
                         return conn, reason or "no gate had run the channel"

@@ -280,11 +280,15 @@ class Pipeline:
             schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
             if self._epoch is None:
                 with refusals("DC", self.dc, "the takeover of the channel (gate_holder, gate_takeover)", self.channel):
-                    self._epoch = take_over(conn, self.channel, self.me, self.standby, reason)
+                    self._epoch, previous = take_over(conn, self.channel, self.me, self.standby, reason)
                     with conn.cursor() as cur:
                         lease = lease_of(cur, self.channel)
-                self._heartbeat = Heartbeat(self.dc, self.channel, self.me, self._epoch, lease, self._deposed)
-                self._heartbeat.start()
+                self._heartbeat = heartbeat = Heartbeat(self.dc, self.channel, self.me, self._epoch, lease,
+                                                        self._deposed)
+                heartbeat.start()
+                self.metrics.epoch, self.metrics.standbys = self._epoch, lambda: heartbeat.standbys
+                if self.standby:
+                    self.metrics.took_over_at, self.metrics.took_over_from = time.time(), previous
             else:
                 confirm(conn, self.channel, self._epoch)
             self._announce(conn)

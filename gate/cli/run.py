@@ -111,7 +111,9 @@ def status(app: App, channel: str, sample: float) -> None:
     everything), and how long the DC has made no progress while the running gate waits for it
     (dc_stalled_seconds, from its /metrics; 0: not stalled). With a
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
-    clock at sampling; samples are taken while gate runs). Then the failover settings and every
+    clock at sampling; samples are taken while gate runs). Then the gate processes of the channel on
+    any host: the active one and those standing by ('gate run --standby'), each with its heartbeat's
+    age; and the last starts and takeovers (when, which host and pid, from whom, why). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
     Then retention: retain_days, the highest id removed (purged_through), the oldest kept id, the
     bound a purge would remove up to and what pins it (the checkpoint, a consumer, retain_days), and
@@ -136,6 +138,7 @@ def status(app: App, channel: str, sample: float) -> None:
     switches, stuck, stale, pending, stop, skipped = (result["switches"], result["stuck_rows"],
                                                       result["stale_consumers"], result["snapshots"],
                                                       result["stopped_by"], result["skipped"])
+    takeovers = result["takeovers"]
     refused = stop and stop["transaction"]
     shown = {}
     for key, value in result.items():
@@ -143,7 +146,14 @@ def status(app: App, channel: str, sample: float) -> None:
         if key == "stopped_by":  # the transaction it stopped at, the one 'gate channel skip' may pass
             shown["refused_transaction"] = refused and f"{refused['name']} at {refused['log_file']}:{refused['log_pos']}"
     text = pairs({**shown, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
-                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped)})
+                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped),
+                  "gates": len(result["gates"]), "takeovers": len(takeovers)})
+    if result["gates"]:
+        text += "\n\ngates (the active one runs the channel; standbys take it over):\n"
+        text += table(result["gates"], ["role", "host", "pid", "since", "heartbeat_age_seconds"])
+    if takeovers:
+        text += "\n\nlast starts and takeovers (UTC):\n"
+        text += table(takeovers, ["epoch", "at", "host", "pid", "standby", "from_host", "from_pid", "reason"])
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     if skipped:
