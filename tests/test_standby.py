@@ -191,6 +191,7 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     listed = next(row for row in json.loads(_gate(tmp_path, "--json", "channel", "list")) if row["channel"] == channel)
     assert listed["standing_by"] == [f"{host}/{loser}"] and listed["gate"]["pid"] == winner
     assert listed["last_takeover"]["from_pid"] == active.pid
+    assert _metrics(ports[names[loser]])["gate_standing_by"] == [({"channel": channel}, 1)]
     figures = _metrics(ports[names[winner]])
     assert figures["gate_holder_epoch"] == [({"channel": channel}, epoch)]
     assert figures["gate_standby_gates"] == [({"channel": channel}, 1)]

@@ -8,11 +8,12 @@ it is not its own any more; a takeover raises the epoch with the row locked FOR 
 write transactions in flight and every later one sees the new epoch.
 
 A running gate beats its heartbeat (``gate_process.seen``, the DC's clock) every ``lease_seconds / 5``. A
-standby waits for the lock (GET_LOCK with a timeout: the DC wakes it when the lock is freed, e.g. the
-holder's process died and its connection closed); when the lock stays held but its holder's heartbeat is
-older than ``lease_seconds`` (its host is down, cut off, or the process stopped), the standby ends the
-holder's DC connections (KILL: every connection of a running gate tags itself with a session lock
-``gate:CHANNEL:sN``, so the standby finds them) and takes the lock.
+standby waits for the lock (GET_LOCK with a timeout: the DC wakes it when the lock is freed); a lock freed
+by a clean stop is taken at once, one freed otherwise (the holder was killed, or its connection broke, or
+the DC restarted: it may come back) once the holder's heartbeat is older than ``lease_seconds``. When the
+lock stays held but its holder's heartbeat is that old (its host is down, cut off, or the process
+stopped), the standby ends the holder's DC connections (KILL: every connection of a running gate tags
+itself with a session lock ``gate:CHANNEL:sN``, so the standby finds them) and takes the lock.
 """
 
 from __future__ import annotations
@@ -127,14 +128,17 @@ class HolderState:
 
 
 def holder_state(cur: pymysql.cursors.Cursor, channel: str) -> HolderState | None:
-    cur.execute(f"SELECT h.epoch, h.host, h.pid, h.connection, TIMESTAMPDIFF(MICROSECOND, p.seen, UTC_TIMESTAMP(6)), "
-                "p.role = 'stopped' "
+    """The recorded holder; its silence counts only while the DC server was up (after a DC restart the holder
+    gets a whole lease to come back)."""
+    cur.execute(f"SELECT h.epoch, h.host, h.pid, h.connection, LEAST(TIMESTAMPDIFF(MICROSECOND, p.seen, "
+                "UTC_TIMESTAMP(6)), 1000000 * (SELECT CAST(variable_value AS UNSIGNED) FROM "
+                "information_schema.global_status WHERE variable_name = 'UPTIME')), p.role = 'stopped' "
                 f"FROM {q(channel)}.gate_holder h LEFT JOIN {q(channel)}.gate_process p "
                 "ON p.host = h.host AND p.pid = h.pid WHERE h.singleton = 1")
     row = cur.fetchone()
     if row is None:
         return None
-    return HolderState(int(row[0]), row[1], int(row[2]), int(row[3]), None if row[4] is None else row[4] / 1e6,
+    return HolderState(int(row[0]), row[1], int(row[2]), int(row[3]), None if row[4] is None else float(row[4]) / 1e6,
                        bool(row[5]))
 
 
@@ -355,6 +359,13 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                 if got == 1:
                     if _usable(conn, channel):
                         previous = holder_state(cur, channel)
+                        if (previous is not None and not previous.stopped and previous.silent is not None
+                                and previous.silent <= lease):  # gone a moment ago: killed, or a broken link
+                            cur.execute("SELECT RELEASE_LOCK(%s)", (lock_name(channel),))
+                            say(logging.INFO, f"{previous.host} pid {previous.pid} let go of the channel without "
+                                "a clean stop; standing by until its lease runs out, should it come back")
+                            stopping.wait(1.0)
+                            continue
                         if reason is None and previous is not None:
                             reason = (f"{previous.host} pid {previous.pid} had stopped cleanly"
                                       if previous.stopped else

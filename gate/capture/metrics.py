@@ -103,6 +103,7 @@ class RunMetrics:
     standbys: Callable[[], int] = lambda: 0  # gates standing by for the channel, as the heartbeat counts them
     took_over_at: float = 0.0  # Unix time this run took the channel over from another gate (0: it did not)
     took_over_from: str = ""  # HOST pid N of the gate it took over from
+    standing_by: bool = False  # gate run --standby, waiting to take the channel over
     snapshot_tables: int = 0  # table snapshots running in this run
     last_event_time: int = 0
     binlog_expire: float = 0.0  # how long the source keeps its binlogs (0: until purged by hand)
@@ -196,7 +197,8 @@ class RunMetrics:
     def health(self) -> tuple[bool, str]:
         stage, now = self.stage, time.monotonic()
         if stage is None:
-            return True, "starting: the channel's checks and start-up run"
+            return True, ("standing by: another gate runs the channel" if self.standing_by else
+                          "starting: the channel's checks and start-up run")
         if not stage.reader.connected:
             return True, "the source is unreachable; gate reconnects (/readyz says 503 meanwhile)"
         turned, moved = now - self.loop_at, now - self.progress_at
@@ -253,6 +255,8 @@ class _Figures(Collector):
         yield counter("gate_failovers_total", "Switches to the standby by this process", m.failovers)
         yield gauge("gate_holder_epoch", "The channel's epoch this gate holds it with: one more at every start or "
                     "takeover", m.epoch)
+        yield gauge("gate_standing_by", "1 while this gate stands by (gate run --standby) and another runs the "
+                    "channel", int(m.standing_by))
         yield gauge("gate_standby_gates", "Gates standing by to take the channel over (gate run --standby, "
                     "heartbeat within 3 leases)", m.standbys())
         took = GaugeMetricFamily("gate_takeover_timestamp_seconds", "When this gate, standing by, took the channel "

@@ -385,7 +385,12 @@ class Pipeline:
                 signal.signal(sig, lambda *_: self._signalled())
         try:
             if self.standby:
+                self.metrics.standing_by = True
+                if self.metrics_port:  # given on the command line: served while standing by too
+                    self.metrics_server = MetricsServer(self.metrics, self.metrics_address or "127.0.0.1",
+                                                        self.metrics_port)
                 found = stand_by(self.dc, self.channel, self.me, self._stopping)
+                self.metrics.standing_by = False
                 if found is None:
                     log.info("channel %s: stopped while standing by", self.channel)
                     return self.stats
