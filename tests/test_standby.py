@@ -188,6 +188,11 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     assert [(g["role"], g["pid"]) for g in status["gates"]] == [("active", winner), ("standby", loser)]
     assert [(t["pid"], t["standby"], t["from_pid"]) for t in status["takeovers"]] == [
         (active.pid, False, None), (winner, True, active.pid)]
+    text = _gate(tmp_path, "status", channel, "--sample", "0")
+    rows = [line.split()[:3] for line in text.splitlines()]
+    assert ["active", host, str(winner)] in rows and ["standby", host, str(loser)] in rows
+    assert "gates (the active one runs the channel; standbys take it over):" in text
+    assert "last starts and takeovers (UTC):" in text and "ended without a clean stop" in text
     listed = next(row for row in json.loads(_gate(tmp_path, "--json", "channel", "list")) if row["channel"] == channel)
     assert listed["standing_by"] == [f"{host}/{loser}"] and listed["gate"]["pid"] == winner
     assert listed["last_takeover"]["from_pid"] == active.pid
