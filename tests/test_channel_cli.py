@@ -169,17 +169,17 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     outputs.append(listed.output)
     header = listed.stdout.splitlines()[0]
     assert header.split() == ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid", "metrics",
-                              "source", "standby", "schema_version"]
+                              "source", "standby", "schema_version", "standing_by"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
     assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
-                            sandbox.standby.address, "2"]  # never positioned, nothing checkpointed: no lag
+                            sandbox.standby.address, "2", "-"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
     assert {"channel": unique_name, "state": "stopped", "problem": None, "gate": None, "lag_seconds": None,
             "checkpoint_id": 0, "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None,
             "source": sandbox.source.address, "standby": sandbox.standby.address,
-            "schema_version": 2} in json.loads(as_json.stdout)
+            "schema_version": 2, "standing_by": [], "last_takeover": None} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
@@ -616,7 +616,7 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
     listed = json.loads(gate("--json", "channel", "list").stdout)
     assert {"channel": unique_name, "state": "stopped", "problem": None, "gate": None, "lag_seconds": None,
             "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None, "metrics_port": None,
-            "source": None, "standby": None, "schema_version": 99} in listed
+            "source": None, "standby": None, "schema_version": 99, "standing_by": [], "last_takeover": None} in listed
     foreign = f"{unique_name}_app"
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{foreign}`")

@@ -44,10 +44,10 @@ class ChannelStatus:
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     skipped: list[dict[str, Any]]  # transactions 'gate channel skip' passed, oldest first (see gate.admin.skip)
-    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
     gates: list[dict[str, Any]]  # the gate processes of the channel (active, standby): host, pid, since, heartbeat
     takeovers: list[dict[str, Any]]  # the last 10 starts and takeovers, oldest first: epoch, at (UTC), host, pid,
-    # standby (1: a standby took over), from_host, from_pid, reason
+    # standby (True: a standby took over), from_host, from_pid, reason
+    switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -175,7 +175,8 @@ def take_over(conn: pymysql.Connection, channel: str, me: Me, standby: bool,
                     "(%s, %s, 'active', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE role = 'active', "
                     "since = UTC_TIMESTAMP(6), seen = UTC_TIMESTAMP(6)", (me.host, me.pid))
         conn.commit()
-    log.info("channel %s: %s holds it now (epoch %d): %s", channel, me, epoch, reason)
+    log.log(logging.INFO if standby else logging.DEBUG, "channel %s: %s holds it now (epoch %d): %s", channel, me,
+            epoch, reason)
     return epoch, "" if previous is None else f"{previous.host} pid {previous.pid}"
 
 

@@ -197,9 +197,9 @@ def list_(app: App) -> None:
               "metrics": row["metrics_port"] and f"{row['metrics_address']}:{row['metrics_port']}"} for row in rows]
     problems = [f"\nchannel {row['channel']} is {row['state']}: {row['problem']}" for row in rows if row["problem"]]
     shown = [{**row, "standing_by": ", ".join(row["standing_by"]) or None} for row in shown]
-    app.emit(rows, "\n".join([table(shown, ["channel", "state", "gate", "standing_by", "lag_seconds",
-                                            "checkpoint_id", "checkpoint_tid", "metrics", "source", "standby",
-                                            "schema_version"]),
+    app.emit(rows, "\n".join([table(shown, ["channel", "state", "gate", "lag_seconds", "checkpoint_id",
+                                            "checkpoint_tid", "metrics", "source", "standby", "schema_version",
+                                            "standing_by"]),
                               *problems]))
 
 

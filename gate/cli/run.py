@@ -113,7 +113,8 @@ def status(app: App, channel: str, sample: float) -> None:
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
     clock at sampling; samples are taken while gate runs). Then the gate processes of the channel on
     any host: the active one and those standing by ('gate run --standby'), each with its heartbeat's
-    age; and the last starts and takeovers (when, which host and pid, from whom, why). Then the failover settings and every
+    age; and the takeovers by a standby among the last 10 starts (when, which host and pid, from whom,
+    why; JSON: every start). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
     Then retention: retain_days, the highest id removed (purged_through), the oldest kept id, the
     bound a purge would remove up to and what pins it (the checkpoint, a consumer, retain_days), and
@@ -138,7 +139,7 @@ def status(app: App, channel: str, sample: float) -> None:
     switches, stuck, stale, pending, stop, skipped = (result["switches"], result["stuck_rows"],
                                                       result["stale_consumers"], result["snapshots"],
                                                       result["stopped_by"], result["skipped"])
-    takeovers = result["takeovers"]
+    takeovers = [t for t in result["takeovers"] if t["standby"]]
     refused = stop and stop["transaction"]
     shown = {}
     for key, value in result.items():
@@ -152,8 +153,8 @@ def status(app: App, channel: str, sample: float) -> None:
         text += "\n\ngates (the active one runs the channel; standbys take it over):\n"
         text += table(result["gates"], ["role", "host", "pid", "since", "heartbeat_age_seconds"])
     if takeovers:
-        text += "\n\nlast starts and takeovers (UTC):\n"
-        text += table(takeovers, ["epoch", "at", "host", "pid", "standby", "from_host", "from_pid", "reason"])
+        text += "\n\ntakeovers by a standby (UTC):\n"
+        text += table(takeovers, ["epoch", "at", "host", "pid", "from_host", "from_pid", "reason"])
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     if skipped:
