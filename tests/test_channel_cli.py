@@ -640,7 +640,7 @@ def test_help_has_an_example_everywhere(gate: Gate) -> None:
 
     verbs = set(main.commands)
     assert verbs == {"channel", "check-source", "consumer", "sandbox", "run", "status", "snapshot", "tail",
-                     "spark-load", "spark-materialise"}
+                     "spark-load", "spark-materialise", "verify"}
     for path in commands(main, []):
         result = gate(*path, "--help")
         assert result.exit_code == 0

@@ -185,4 +185,4 @@ def test_gate_run_records_itself_only_in_a_channel_of_its_schema(gate: Gate, san
         f"use it. Run the same 'gate channel create {unique_name} ...' again to complete it (it replaces what was "
         f"made), or remove it with 'gate channel drop {unique_name}'.\n"))
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
-        assert cur.execute(f"SELECT * FROM `{unique_name}`.gate_meta") == 0
+        assert cur.execute(f"SELECT * FROM `{unique_name}`.gate_meta") == 0, cur.fetchall()

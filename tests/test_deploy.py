@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gate.admin.verify import metrics_text
 from gate.common.config import ChannelDefaults
 from gate.common.errors import ConfigError, Deposed, ServerRefused
 from gate.devtools.sandbox import Sandbox, free_port
@@ -208,4 +209,5 @@ def test_every_series_the_rules_and_dashboard_use_is_served(sandbox: Sandbox, un
     served = served_series(text)
     assert f'gate_source_binlog_expire_seconds{{channel="{unique_name}"}} 864000.0\n' in text
     assert RETENTION_SERIES <= served
-    assert sorted(used - served - PROMETHEUS_OWN) == []
+    verify_file = served_series(metrics_text(unique_name, [{"table": "db.t", "matched": True}], 0.0))
+    assert sorted(used - served - verify_file - PROMETHEUS_OWN) == []  # gate verify's series: its --metrics-file

@@ -113,6 +113,7 @@ from gate.common.errors import (
     Deposed,
     DrainAbandoned,
     GateError,
+    SchemaVersionError,
     ServerRefused,
     TransactionRefused,
     UnhandledEvent,
@@ -422,8 +423,8 @@ class Pipeline:
             held = set(HOLDER_TABLES) <= self._tables  # a channel made before them: they come with _prepare
             waiting = snapshot.TABLE in self._tables  # a channel made before snapshots: its table comes with _prepare
             try:
-                found = read_together(conn, queries + ([holder_query(channel)] if held else [])
-                                      + ([snapshot.waiting_query(channel)] if waiting else []))
+                found = read_together(conn, queries + ([holder_query(channel)] if held else []) + (
+                    [snapshot.waiting_query(channel, snapshot.VERIFY_TABLE in self._tables)] if waiting else []))
                 version = usable_version(self._tables, found[0])
             except pymysql.err.ProgrammingError:  # a table or the database is missing
                 version = None
@@ -460,11 +461,11 @@ class Pipeline:
             log.info("channel %s had no start position; starting at the source's current one, %s",
                      self.channel, now.describe())
         migrate(conn, self.channel, start.version)
-        if not {xa.TABLE, snapshot.TABLE} <= self._tables:
+        if not {xa.TABLE, snapshot.TABLE, snapshot.VERIFY_TABLE} <= self._tables:
             with conn.cursor() as cur:
                 xa.ensure_table(cur)
                 snapshot.ensure_table(cur)
-            self._tables |= {xa.TABLE, snapshot.TABLE}
+            self._tables |= {xa.TABLE, snapshot.TABLE, snapshot.VERIFY_TABLE}
         if not set(HOLDER_TABLES) <= self._tables:
             with conn.cursor() as cur:
                 ensure_holder_tables(cur, self.channel)
@@ -558,8 +559,10 @@ class Pipeline:
         """Leave the error that stops gate in gate_meta for 'gate status' (the next start removes it), while the
         channel's lock is still held; a DC that cannot take it leaves it in the log alone. Servers that could
         not be reached are the log's alone (a restart retries them)."""
-        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy, Deposed)):
-            return  # not this run's channel (any more), a deliberate stop, or a DC that may not answer now
+        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy, Deposed,
+                                                                      SchemaVersionError)):
+            return  # not this run's channel (any more, or not one gate may write to), a deliberate stop, or a DC
+            # that may not answer now
         exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
         try:
             transaction = exc.transaction if isinstance(exc, TransactionRefused) else None

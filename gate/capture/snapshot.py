@@ -56,9 +56,12 @@ MAX_HOLD_BACK = 1.0  # ... doubled (up to this) at each read view reported too l
 WHOLE: list[str] = []  # the key of a table snapshotted whole, in one read view (requested with --whole-table)
 
 
-def waiting_query(channel: str) -> tuple[str, tuple[Any, ...]]:
-    """A row when gate_snapshot holds requests or running snapshots (the engine reads the table only then)."""
-    return f"SELECT 1 FROM {q(channel)}.{TABLE} WHERE state IN ('requested', 'running') LIMIT 1", ()
+def waiting_query(channel: str, verify: bool = True) -> tuple[str, tuple[Any, ...]]:
+    """A row when gate_snapshot (or, with ``verify``, gate_verify) holds requests or running snapshots or
+    verifications: the engine reads the tables only then."""
+    tables = [TABLE, VERIFY_TABLE] if verify else [TABLE]
+    return " UNION ALL ".join(f"(SELECT 1 FROM {q(channel)}.{table} WHERE state IN ('requested', 'running') LIMIT 1)"
+                              for table in tables), ()
 
 
 def ensure_table(cur: pymysql.cursors.Cursor) -> None:
