@@ -38,7 +38,8 @@ from gate.common.retry import is_transient
 log = logging.getLogger(__name__)
 
 TABLES = ("gate_holder", "gate_process", "gate_takeover")
-SESSION_SLOTS = 80  # session locks gate:CHANNEL:s0.. : writers (at most 64), retention, heartbeat, sampler
+SESSION_SLOTS = 64 * 16 + 16  # session locks gate:CHANNEL:s0.. : writers (at most 64) of up to 16 lanes each
+# (writer.MAX_LANES), retention, heartbeat, sampler
 BEATS_PER_LEASE = 5  # heartbeats per lease_seconds
 STANDBY_SEEN = 3.0  # a standby whose heartbeat is older than this many leases is not counted
 _ER_NO_SUCH_THREAD = 1094
@@ -67,10 +68,24 @@ def ensure_tables(cur: pymysql.cursors.Cursor, channel: str) -> None:
         cur.execute(dc_schema.table_ddl(table))
 
 
-def tag_session(conn: pymysql.Connection, channel: str) -> None:
+def tag_expression(channel: str) -> tuple[str, tuple[Any, ...]]:
+    """The first try of :func:`tag_session`, for a session to send with its set-up: the slot of its
+    CONNECTION_ID() modulo SESSION_SLOTS (1: taken), free unless sessions 1,040 connections apart meet."""
+    return "GET_LOCK(CONCAT(%s, CONNECTION_ID() %% %s), 0)", (f"{lock_name(channel)}:s", SESSION_SLOTS)
+
+
+def tag_session(conn: pymysql.Connection, channel: str, tagged: bool | None = None) -> None:
     """Take a free session lock ``gate:CHANNEL:sN``: a standby that takes the channel over finds this
-    connection by it and ends it (a writer stopped in the middle of a transaction would hold its locks)."""
+    connection by it and ends it (a writer stopped in the middle of a transaction would hold its locks).
+    First the slot of :func:`tag_expression` (``tagged``: its answer, when the caller sent it with its own
+    query), then the others in turn: one query, or none, for a session of a writer's many (its lanes)."""
     with conn.cursor() as cur:
+        if tagged is None:
+            expression, args = tag_expression(channel)
+            cur.execute(f"SELECT {expression}", args)
+            tagged = one_row(cur)[0] == 1
+        if tagged:
+            return
         for slot in range(SESSION_SLOTS):
             cur.execute("SELECT GET_LOCK(%s, 0)", (f"{lock_name(channel)}:s{slot}",))
             if one_row(cur)[0] == 1:

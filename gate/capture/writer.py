@@ -24,7 +24,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
-from gate.capture.holder import Fence, tag_session
+from gate.capture.holder import Fence, tag_expression, tag_session
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row, q, round_trips
@@ -47,18 +47,19 @@ log = logging.getLogger(__name__)
 
 def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int, float]:
     """A writer's DC session (tagged for a takeover to find), its max_allowed_packet (the server's global value
-    when it opened) and the seconds its set-up took: one round trip (autocommit goes off in it, not in a round
-    trip of its own), then the tag's."""
+    when it opened) and the seconds its set-up took: one round trip (autocommit goes off and the tag is taken
+    in it, not in round trips of their own; a writer has up to MAX_LANES sessions)."""
     conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS)
     started = time.monotonic()
+    tag, args = tag_expression(database)
     with conn.cursor() as cur:  # _literal escapes with backslashes: sql_mode without NO_BACKSLASH_ESCAPES
         cur.execute("SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
                     "@@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
-                    "SELECT @@SESSION.max_allowed_packet")
+                    f"SELECT @@SESSION.max_allowed_packet, {tag}", args)
         cur.nextset()
-        max_packet = one_row(cur)[0]
+        max_packet, tagged = one_row(cur)
     rtt = time.monotonic() - started
-    tag_session(conn, database)
+    tag_session(conn, database, tagged == 1)  # another slot only when that one was taken
     return conn, int(max_packet), rtt
 
 
