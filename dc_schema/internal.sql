@@ -121,3 +121,38 @@ CREATE TABLE IF NOT EXISTS gate_verify (
   KEY (state),
   KEY (parent)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The gate process that holds the channel, for fencing (docs/dba/several-hosts.md). epoch grows by one at
+-- every start or takeover; every write of a running gate reads it LOCK IN SHARE MODE in its own DC
+-- transaction and stops (Deposed) when it is no longer its own. Exactly one row once a gate has run.
+CREATE TABLE IF NOT EXISTS gate_holder (
+  singleton  TINYINT UNSIGNED NOT NULL PRIMARY KEY DEFAULT 1,
+  epoch      BIGINT UNSIGNED  NOT NULL,
+  host       VARCHAR(255)     NOT NULL,
+  pid        INT UNSIGNED     NOT NULL,
+  connection BIGINT UNSIGNED  NOT NULL COMMENT 'the DC connection holding the channel lock',
+  since      DATETIME(6)      NOT NULL COMMENT 'UTC, the DC clock'
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Every gate process of the channel: the one running it (active) and those standing by, each with the
+-- DC clock (UTC) at its last heartbeat.
+CREATE TABLE IF NOT EXISTS gate_process (
+  host  VARCHAR(255) NOT NULL,
+  pid   INT UNSIGNED NOT NULL,
+  role  VARCHAR(16)  NOT NULL COMMENT 'active | standby | stopped (a clean stop, until the next holder)',
+  since DATETIME(6)  NOT NULL,
+  seen  DATETIME(6)  NOT NULL,
+  PRIMARY KEY (host, pid)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Every start of the channel by a gate process (each a new epoch): who, when, from whom and why.
+CREATE TABLE IF NOT EXISTS gate_takeover (
+  epoch     BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+  at        DATETIME(6)     NOT NULL COMMENT 'UTC, the DC clock',
+  host      VARCHAR(255)    NOT NULL,
+  pid       INT UNSIGNED    NOT NULL,
+  standby   TINYINT         NOT NULL COMMENT '1: a standby took the channel over',
+  from_host VARCHAR(255)    NULL,
+  from_pid  INT UNSIGNED    NULL,
+  reason    TEXT            NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

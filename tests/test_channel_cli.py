@@ -155,7 +155,8 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
                      "metrics_address": "127.0.0.1", "stuck_after_seconds": 120.0, "ready_lag_seconds": 60.0,
                      "retain_days": 30, "consumer_max_idle_days": 2.5, "retention_interval_seconds": 60.0,
                      "snapshot_readers": 2, "snapshot_chunk_seconds": 0.5, "snapshot_chunk_rows": 2000,
-                     "on_rows_without_events": "snapshot", "snapshot_whole_table_rows": 100000},
+                     "on_rows_without_events": "snapshot", "snapshot_whole_table_rows": 100000,
+                         "lease_seconds": 5.0},
         "checkpoint": {"id": 0, "tid": 0},
         "resume": {"log_file": None, "log_pos": None, "gtid_pos": None, "instance_name": None, "event_time": None},
     }
@@ -168,17 +169,17 @@ def test_create_with_every_option_show_and_list(gate: Gate, sandbox: Sandbox, un
     outputs.append(listed.output)
     header = listed.stdout.splitlines()[0]
     assert header.split() == ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid", "metrics",
-                              "source", "standby", "schema_version"]
+                              "source", "standby", "schema_version", "standing_by"]
     line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(unique_name + " "))
     assert line.split() == [unique_name, "stopped", "-", "-", "0", "0", "-", sandbox.source.address,
-                            sandbox.standby.address, "2"]  # never positioned, nothing checkpointed: no lag
+                            sandbox.standby.address, "2", "-"]  # never positioned, nothing checkpointed: no lag
     assert line.index(sandbox.source.address) == header.index("source")
     as_json = gate("--json", "channel", "list")
     outputs.append(as_json.output)
     assert {"channel": unique_name, "state": "stopped", "problem": None, "gate": None, "lag_seconds": None,
             "checkpoint_id": 0, "checkpoint_tid": 0, "metrics_address": None, "metrics_port": None,
             "source": sandbox.source.address, "standby": sandbox.standby.address,
-            "schema_version": 2} in json.loads(as_json.stdout)
+            "schema_version": 2, "standing_by": [], "last_takeover": None} in json.loads(as_json.stdout)
     outputs.append(gate("channel", "check", unique_name, env={"GATE_TEST_STANDBY_PW": PASSWORD}).output)
     assert all(PASSWORD not in out for out in outputs)
 
@@ -313,8 +314,8 @@ def test_drop_while_a_gate_runs_the_channel(gate: Gate, sandbox: Sandbox, unique
     log = (tmp_path / f"{unique_name}.log").read_text()
     # the first DC statement after the drop fails: a write, the checkpoint, or the poll of snapshot requests
     assert re.search(rf"\nerror: The DC server {sandbox.dc.address} refused .*: \[1146\] Table '{unique_name}\."
-                     r"(transfer_data|transfer_checkpoint|gate_snapshot)' doesn't exist\. The channel's database or one "
-                     r"of its tables is gone .*\n$", log), log
+                     r"(transfer_data|transfer_checkpoint|gate_snapshot|gate_holder)' doesn't exist\. The channel's "
+                     r"database or one of its tables is gone .*\n$", log), log
 
 
 def test_empty_password_variables_are_refused(gate: Gate, sandbox: Sandbox, unique_name: str) -> None:
@@ -615,7 +616,7 @@ def test_existing_missing_incompatible_and_foreign(gate: Gate, sandbox: Sandbox,
     listed = json.loads(gate("--json", "channel", "list").stdout)
     assert {"channel": unique_name, "state": "stopped", "problem": None, "gate": None, "lag_seconds": None,
             "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None, "metrics_port": None,
-            "source": None, "standby": None, "schema_version": 99} in listed
+            "source": None, "standby": None, "schema_version": 99, "standing_by": [], "last_takeover": None} in listed
     foreign = f"{unique_name}_app"
     with sandbox.dc.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{foreign}`")

@@ -22,7 +22,7 @@ from tests.test_metrics import wait_status
 
 Gate = Callable[..., Result]
 COLUMNS = ["channel", "state", "gate", "lag_seconds", "checkpoint_id", "checkpoint_tid", "metrics", "source",
-           "standby", "schema_version"]
+           "standby", "schema_version", "standing_by"]
 
 
 def run_gate(tmp_path: Path, sandbox: Sandbox, channel: str, *options: str) -> subprocess.Popen[bytes]:
@@ -78,23 +78,24 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
     header, lines, entries = listed(gate, live, stopped)
     assert header == COLUMNS
     assert lines[live] == [live, "running", f"{host}/{run.pid}", "0.0", "2", "2", f"127.0.0.1:{live_port}", src, "-",
-                           "2"]
+                           "2", "-"]
     # the source moved on (live's inserts) after stopped's last transaction: its lag is the age of the first
     # of them, the oldest transaction it lacks, not that of its own last one (1000 s)
     lag = float(lines[stopped][3])
     assert 0 <= lag <= time.time() - moved_at + 1 < 1000, lag
     assert lines[stopped] == [stopped, "stopped", "-", lines[stopped][3], "1", "1", f"127.0.0.1:{stopped_port}", src,
-                              "-", "2"]
+                              "-", "2", "-"]
     assert entries[live] == {
         "channel": live, "state": "running", "problem": None,
         "gate": {"connection": connection, "host": host, "pid": run.pid},
         "lag_seconds": 0.0, "checkpoint_id": 2, "checkpoint_tid": 2, "metrics_address": "127.0.0.1",
-        "metrics_port": live_port, "source": src, "standby": None, "schema_version": 2}
+        "metrics_port": live_port, "source": src, "standby": None, "schema_version": 2, "standing_by": [],
+        "last_takeover": None}
     assert entries[stopped] == {
         "channel": stopped, "state": "stopped", "problem": None, "gate": None,
         "lag_seconds": entries[stopped]["lag_seconds"],
         "checkpoint_id": 1, "checkpoint_tid": 1, "metrics_address": "127.0.0.1", "metrics_port": stopped_port,
-        "source": src, "standby": None, "schema_version": 2}
+        "source": src, "standby": None, "schema_version": 2, "standing_by": [], "last_takeover": None}
     assert 0 <= float(entries[stopped]["lag_seconds"]) <= time.time() - moved_at + 1  # type: ignore[arg-type]
 
     run.terminate()
@@ -105,7 +106,7 @@ def test_list_shows_a_running_and_a_stopped_channel(gate: Gate, sandbox: Sandbox
         assert got == 1
         _, lines, entries = listed(gate, live, stopped)
     # stopped: the runner record of the last run is not shown, the metrics setting (none) is
-    assert lines[live] == [live, "stopped", "-", "0.0", "2", "2", "-", src, "-", "2"]
+    assert lines[live] == [live, "stopped", "-", "0.0", "2", "2", "-", src, "-", "2", "-"]
     assert (entries[live]["gate"], entries[live]["metrics_port"]) == (None, None)
     assert lines[stopped][:3] == [stopped, "running", "connection"] and lines[stopped][3] == str(holder)
     assert entries[stopped]["gate"] == {"connection": holder, "host": None, "pid": None}

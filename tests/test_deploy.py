@@ -16,7 +16,7 @@ import pytest
 
 from gate.admin.verify import metrics_text
 from gate.common.config import ChannelDefaults
-from gate.common.errors import ConfigError, ServerRefused
+from gate.common.errors import ConfigError, Deposed, ServerRefused
 from gate.devtools.sandbox import Sandbox, free_port
 from tests.replay import GATE, STARTED, make_channel, wait_caught_up, wait_running
 from tests.test_metrics import get, wait_status
@@ -87,7 +87,8 @@ def test_gate_exits_as_the_unit_expects(sandbox: Sandbox, unique_name: str, tmp_
     config.write_text("dc:\n  port: not-a-port\n")
     command, env = unit_command(unique_name, config)
     bad = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert prevent.split() == [str(ConfigError.exit_code), str(ServerRefused.exit_code)]  # 2 and 3: not restarted
+    assert prevent.split() == [str(ConfigError.exit_code), str(ServerRefused.exit_code),  # 2, 3, 5: not restarted
+                               str(Deposed.exit_code)]
     assert (bad.returncode, bad.stdout, bad.stderr) == (
         ConfigError.exit_code, "", f"error: {config} line 2: dc.port must be a whole number, not 'not-a-port'.\n")
 
@@ -125,7 +126,7 @@ def test_rules_pass_promtool_check_and_their_unit_tests() -> None:
     promtool = need("promtool", "prometheus")
     checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert (checked.returncode, checked.stdout.split()) == (
-        0, ["Checking", str(RULES), "SUCCESS:", "13", "rules", "found"]), checked.stdout + checked.stderr
+        0, ["Checking", str(RULES), "SUCCESS:", "15", "rules", "found"]), checked.stdout + checked.stderr
     tested = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True,
                             timeout=120, cwd=RULE_TESTS.parent)
     assert (tested.returncode, tested.stdout.split()) == (0, ["Unit", "Testing:", str(RULE_TESTS), "SUCCESS"]), \

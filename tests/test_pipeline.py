@@ -279,9 +279,10 @@ def test_start_up_takes_three_round_trips_to_the_dc_after_connecting(
         sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over a slow DC link each round trip of the start-up counts (28 of them before, 8 s at 300 ms): the reading
     thread opens the control connection and then asks the DC three times, each a multi-statement query: the
-    server checked and the lock taken; the schema version, settings, resume state and notes read; the DC made
-    consistent (rows above the checkpoint removed, runner record, the last error cleared). Nothing else until
-    the data is in, checkpointed and exact."""
+    server checked and the lock taken; the schema version, settings, resume state, notes and the channel's
+    holder read; the channel taken over (a new epoch, first in the transaction) and the DC made consistent
+    (rows above the checkpoint removed, runner record, the last error cleared). Nothing else until the data is
+    in, checkpointed and exact."""
     import pymysql.connections
 
     from tests.replay import _THREADS
@@ -310,9 +311,11 @@ def test_start_up_takes_three_round_trips_to_the_dc_after_connecting(
             startup = [(what, sql) for thread, what, sql in calls if thread is reading]
     assert [what for what, _ in startup] == ["connect", "query", "query", "query"], startup
     assert startup[1][1].startswith("SELECT @@version, @@version_comment;")
-    assert startup[3][1].startswith("BEGIN;DELETE FROM")
+    assert startup[3][1].startswith("BEGIN;REPLACE INTO ")  # gate_holder's row: the takeover
     assert [(r[0], r[1], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)] == [
         (1, 1, "INSERT", {"NEW": [{"id": "1"}]}), (2, 1, "INSERT", {"NEW": [{"id": "2"}]})]
     with sandbox.dc.connect(unique_name) as dconn, dconn.cursor() as cur:
         cur.execute("SELECT id, tid FROM transfer_checkpoint")
         assert cur.fetchall() == ((2, 1),)
+        cur.execute("SELECT epoch, standby, from_host, reason FROM gate_takeover")
+        assert cur.fetchall() == ((1, 0, None, "first run of the channel"),)

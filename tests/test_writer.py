@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from gate.admin.status import ChannelStatus, channel_status
@@ -47,6 +48,43 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL sql_mode = REPLACE(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES', '')")
         conn.close()
+
+
+def test_writer_sessions_are_set_up_and_tagged_in_one_query_each(sandbox: Sandbox, unique_name: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer has up to MAX_LANES DC sessions, set up at once over a link whose round trip may be long: each
+    session's set-up and its tag (the session lock a standby's takeover finds it by) are one query, however
+    many sessions the channel has (they used to try the tags one by one: the 24th session 24 more queries)."""
+    import pymysql.connections
+
+    from gate.capture.holder import SESSION_SLOTS
+    from gate.capture.writer import MAX_LANES
+    from gate.common.dc import lock_name
+
+    assert SESSION_SLOTS >= 64 * MAX_LANES + 3  # every lane of the most writers, retention, heartbeat, sampler
+    dc = server_config(sandbox.dc)
+    with connect(dc, "DC") as conn:
+        create_channel(conn, ChannelSettings(unique_name, server_config(sandbox.source)))
+    asked: list[int] = []
+    original = pymysql.connections.Connection.query
+
+    def counted(self: pymysql.connections.Connection, sql: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(self.thread_id())
+        return original(self, sql, *args, **kwargs)
+
+    monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
+    sessions = [_dc_session(dc, unique_name)[0] for _ in range(24)]
+    monkeypatch.undo()
+    try:
+        ids = sorted(session.thread_id() for session in sessions)
+        assert sorted(asked) == ids  # one query each
+        names = [f"{lock_name(unique_name)}:s{slot}" for slot in range(SESSION_SLOTS)]
+        with sandbox.dc.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT " + ", ".join(["IS_USED_LOCK(%s)"] * len(names)), names)
+            assert sorted(int(thread) for thread in cur.fetchone() if thread is not None) == ids
+    finally:
+        for session in sessions:
+            session.close()
 
 
 PACKET = 128 * 1024  # the DC's max_allowed_packet in the test below

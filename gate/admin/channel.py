@@ -28,6 +28,7 @@ from gate.admin.catalog import (
 from gate.admin.position import check_file_position, check_gtid
 from gate.admin.preflight import Problem, check_server, require_server, tls_report
 from gate.capture import failover
+from gate.capture.holder import processes, takeovers
 from gate.capture.lag import source_lag
 from gate.capture.reader import current_position
 from gate.common import dc
@@ -201,7 +202,8 @@ def show(dc_server: ServerConfig, name: str) -> dict[str, Any]:
 
 def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
     """One entry per channel on the DC server: whether a gate runs it (the lock's holder, with the host and
-    pid it recorded), its lag (as 'gate status' computes it), checkpoint, metrics address, servers and
+    pid it recorded), the gates standing by for it (HOST/PID) and the last takeover by one, its lag (as
+    'gate status' computes it), checkpoint, metrics address, servers and
     schema version. Of a channel with an incompatible schema only its name, version, state and the lock's
     DC connection: its tables may mean something else. A channel gate cannot use as it is has the state
     ``incomplete`` (its creation stopped part way) or ``damaged`` (a table is missing), and ``problem``
@@ -222,7 +224,8 @@ def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
                 "gate": None if holder is None else {"connection": holder, "host": runner and runner.host,
                                                      "pid": runner and runner.pid},
                 "lag_seconds": None, "checkpoint_id": None, "checkpoint_tid": None, "metrics_address": None,
-                "metrics_port": None, "source": None, "standby": None, "schema_version": version}
+                "metrics_port": None, "source": None, "standby": None, "schema_version": version,
+                "standing_by": [], "last_takeover": None}
             if compatible:
                 settings = dc.read_settings(conn, name)
                 resume = dc.read_resume(conn, name)
@@ -231,6 +234,11 @@ def summaries(dc_server: ServerConfig) -> list[dict[str, Any]]:
                            checkpoint_tid=resume.tid, metrics_address=metrics and metrics[0],
                            metrics_port=metrics and metrics[1], source=settings.source.address,
                            standby=settings.standby.address if settings.standby else None)
+                with conn.cursor() as cur:
+                    found = processes(cur, name, settings.defaults.lease_seconds)
+                    last = [t for t in takeovers(cur, name) if t.standby][-1:]
+                row.update(standing_by=[f"{p['host']}/{p['pid']}" for p in found if p["role"] == "standby"],
+                           last_takeover=last and asdict(last[0]) or None)
             result.append(row)
     return result
 
@@ -582,7 +590,8 @@ _LISTEN_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]{1,255}$")
 
 def set_metrics(dc_server: ServerConfig, name: str, metrics_port: int | None = None, metrics_address: str | None = None,
                 stuck_after_seconds: float | None = None,
-                ready_lag_seconds: float | None = None) -> tuple[ChannelSettings, list[str]]:
+                ready_lag_seconds: float | None = None,
+                lease_seconds: float | None = None) -> tuple[ChannelSettings, list[str]]:
     """Change the channel's metrics settings (None keeps one). Returns the settings and warnings: another
     channel on the DC configured with the same address and port (two gates on one host cannot both listen
     there). A running gate applies the two limits within seconds, the address and port when it next starts."""
@@ -591,7 +600,7 @@ def set_metrics(dc_server: ServerConfig, name: str, metrics_port: int | None = N
         raise InvalidValue(f"--metrics-address {metrics_address!r} is not an address to listen on. Give an IP address "
                            "of this host or a host name, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface).")
     numbers: dict[str, float | None] = {"metrics_port": metrics_port, "stuck_after_seconds": stuck_after_seconds,
-               "ready_lag_seconds": ready_lag_seconds}
+               "ready_lag_seconds": ready_lag_seconds, "lease_seconds": lease_seconds}
     for key, value in numbers.items():
         if value is not None:
             check_range(f"channel_defaults.{key}", value, "--" + key.replace("_", "-"))

@@ -11,6 +11,7 @@ from typing import Any
 from gate.admin.retention import describe
 from gate.admin.skip import skipped_transactions
 from gate.admin.snapshot import read_snapshots
+from gate.capture.holder import processes, takeovers
 from gate.capture.lag import source_lag
 from gate.capture.metrics import running_figure
 from gate.capture.retention import plan
@@ -43,6 +44,9 @@ class ChannelStatus:
     stuck_rows: list[dict[str, Any]]  # above the checkpoint, by id: id, bytes, max_allowed_packet, since, message
     snapshots: list[dict[str, Any]]  # requested and running snapshots by table, as gate snapshot --status has them
     skipped: list[dict[str, Any]]  # transactions 'gate channel skip' passed, oldest first (see gate.admin.skip)
+    gates: list[dict[str, Any]]  # the gate processes of the channel (active, standby): host, pid, since, heartbeat
+    takeovers: list[dict[str, Any]]  # the last 10 starts and takeovers, oldest first: epoch, at (UTC), host, pid,
+    # standby (True: a standby took over), from_host, from_pid, reason
     switches: list[dict[str, Any]]  # oldest first: switched_at (UTC), from_instance, to_instance, reason, at_id
 
     def as_dict(self) -> dict[str, Any]:
@@ -76,6 +80,8 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         pending = read_snapshots(cur, channel, active_only=True)
         stop = read_stop(cur, channel)
         skipped = skipped_transactions(cur, channel)
+        gates = processes(cur, channel, settings.defaults.lease_seconds)
+        starts = [asdict(t) for t in takeovers(cur, channel)]
     resume_pos = f"{state.log_file}:{state.log_pos}" if state.log_file else None
     source_pos, lag = source_lag(settings.source, state)
     rate = (state.id - first.id) / elapsed if running and sample_seconds > 0 else None
@@ -91,7 +97,7 @@ def channel_status(dc: ServerConfig, channel: str, sample_seconds: float = 1.0) 
         standby=settings.standby.address if settings.standby else None,
         standby_sample_age_seconds=None if sample_age is None else round(float(sample_age), 1),
         failover_mode=settings.failover_mode, on_divergence=settings.on_divergence, snapshots=pending,
-        switches=switches, skipped=skipped, stuck_rows=stuck, retention=describe(retention),
+        switches=switches, skipped=skipped, gates=gates, takeovers=starts, stuck_rows=stuck, retention=describe(retention),
         stale_consumers=[c.as_row() for c in retention.consumers if c.stale],
     )
 

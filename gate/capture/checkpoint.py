@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from gate.capture.failover import clear_marker
+from gate.capture.holder import Fence
 from gate.capture.snapshot import Note, record
 from gate.capture.writer import forget_stuck
 from gate.capture.xa import forget
@@ -50,6 +51,7 @@ class Checkpointer:
     interval: float = 0.1
     marker_pending: bool = False  # a switch's dedupe marker goes with the first checkpoint on the new source
     stuck: list[int] = field(default_factory=list)  # ids of stuck_row notes above the checkpoint, left by a killed run
+    fence: Fence | None = None  # checked first in each checkpoint's transaction (see gate.capture.holder)
     _chunks: deque[_Chunk] = field(default_factory=deque)
     _index: dict[int, _Chunk] = field(default_factory=dict)
     _target: ResumeState | None = None
@@ -122,7 +124,7 @@ class Checkpointer:
                 forget_stuck(cur, self.channel, passed)
 
         try:
-            in_one_round_trip(conn, statements)
+            in_one_round_trip(conn, statements, None if self.fence is None else self.fence.check)
         except pymysql.err.MySQLError as exc:
             self._written_at = time.monotonic()
             if not is_transient(exc):

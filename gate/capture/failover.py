@@ -25,6 +25,7 @@ from typing import Any
 
 import pymysql
 
+from gate.capture.holder import Fence, tag_session
 from gate.capture.reader import Begin, Commit, Idle, Item, Rows, Statement
 from gate.capture.translate import Change, Translator
 from gate.common.config import ServerConfig
@@ -45,8 +46,9 @@ class StandbySampler(threading.Thread):
     """Every ``interval`` seconds: the standby's SHOW MASTER STATUS, UNIX_TIMESTAMP() and @@gtid_binlog_pos -> DC."""
 
     def __init__(self, dc: ServerConfig, channel: str, standby: ServerConfig, interval: float,
-                 on_fatal: Callable[[GateError], None] = lambda exc: None) -> None:
+                 on_fatal: Callable[[GateError], None] = lambda exc: None, fence: Fence | None = None) -> None:
         super().__init__(name="gate-standby-sampler", daemon=True)
+        self.fence = fence  # checked first in each sample's DC transaction
         self.dc, self.channel, self.standby, self.interval = dc, channel, standby, interval
         self.on_fatal = on_fatal  # told an error that retrying cannot fix (gate stops); sampling ends
         self._halt = threading.Event()  # not "_stop": threading.Thread uses that name itself
@@ -69,10 +71,14 @@ class StandbySampler(threading.Thread):
         if status is None:
             raise FailoverError(f"The standby {self.standby.address} has binary logging off; it cannot be failed over to.")
         with (refusals("DC", self.dc, "storing a standby sample in gate_standby_sample", self.channel),
-              connect(self.dc, "DC", self.channel) as conn, conn.cursor() as cur):
+              connect(self.dc, "DC", self.channel, autocommit=False) as conn, conn.cursor() as cur):
+            tag_session(conn, self.channel)
+            if self.fence is not None:
+                self.fence.check(cur)
             cur.execute("REPLACE INTO gate_standby_sample (sampled_at, log_file, log_pos, gtid_pos) "
                         "VALUES (%s, %s, %s, %s)", (int(now), status[0], int(status[1]), gtid or None))
             cur.execute("DELETE FROM gate_standby_sample WHERE sampled_at < %s", (int(now) - KEEP_SAMPLES * self.interval,))
+            conn.commit()
 
     def run(self) -> None:
         while not self._halt.is_set():

@@ -99,6 +99,11 @@ class RunMetrics:
     stage: Stage | None = None
     earlier_disconnects: int = 0  # binlog streams lost by the readers of earlier sources (before a switch)
     failovers: int = 0
+    epoch: int = 0  # this run's epoch in gate_holder (see gate.capture.holder)
+    standbys: Callable[[], int] = lambda: 0  # gates standing by for the channel, as the heartbeat counts them
+    took_over_at: float = 0.0  # Unix time this run took the channel over from another gate (0: it did not)
+    took_over_from: str = ""  # HOST pid N of the gate it took over from
+    standing_by: bool = False  # gate run --standby, waiting to take the channel over
     snapshot_tables: int = 0  # table snapshots running in this run
     last_event_time: int = 0
     binlog_expire: float = 0.0  # how long the source keeps its binlogs (0: until purged by hand)
@@ -192,7 +197,8 @@ class RunMetrics:
     def health(self) -> tuple[bool, str]:
         stage, now = self.stage, time.monotonic()
         if stage is None:
-            return True, "starting: the channel's checks and start-up run"
+            return True, ("standing by: another gate runs the channel" if self.standing_by else
+                          "starting: the channel's checks and start-up run")
         if not stage.reader.connected:
             return True, "the source is unreachable; gate reconnects (/readyz says 503 meanwhile)"
         turned, moved = now - self.loop_at, now - self.progress_at
@@ -247,6 +253,16 @@ class _Figures(Collector):
         yield rows
         yield counter("gate_transactions_total", "Source transactions read", m.transactions())
         yield counter("gate_failovers_total", "Switches to the standby by this process", m.failovers)
+        yield gauge("gate_holder_epoch", "The channel's epoch this gate holds it with: one more at every start or "
+                    "takeover", m.epoch)
+        yield gauge("gate_standing_by", "1 while this gate stands by (gate run --standby) and another runs the "
+                    "channel", int(m.standing_by))
+        yield gauge("gate_standby_gates", "Gates standing by to take the channel over (gate run --standby, "
+                    "heartbeat within 3 leases)", m.standbys())
+        took = GaugeMetricFamily("gate_takeover_timestamp_seconds", "When this gate, standing by, took the channel "
+                                 "over (Unix time; 0: it started it)", labels=["channel", "from_gate"])
+        took.add_metric([m.channel, m.took_over_from], m.took_over_at)
+        yield took
         yield gauge("gate_snapshot_tables", "Table snapshots running (their SNAPSHOTEND not numbered yet)",
                     m.snapshot_tables)
         yield gauge("gate_last_event_timestamp_seconds", "Source commit time of the last transaction read "

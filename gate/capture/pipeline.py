@@ -39,6 +39,24 @@ from gate.capture.failover import (
     record_source_server_id,
     without_held,
 )
+from gate.capture.holder import TABLES as HOLDER_TABLES
+from gate.capture.holder import (
+    Fence,
+    Heartbeat,
+    HolderState,
+    Me,
+    confirm,
+    deposed_message,
+    holder_from,
+    holder_query,
+    holder_state,
+    leave,
+    log_takeover,
+    record_takeover,
+    stand_by,
+    takeover_reason,
+)
+from gate.capture.holder import ensure_tables as ensure_holder_tables
 from gate.capture.metrics import MetricsServer, RunMetrics, Stage
 from gate.capture.ordering import Ordering
 from gate.capture.reader import (
@@ -92,6 +110,7 @@ from gate.common.dc import (
 from gate.common.errors import (
     ChannelBusy,
     ConnectionFailed,
+    Deposed,
     DrainAbandoned,
     GateError,
     SchemaVersionError,
@@ -124,6 +143,7 @@ class StartReads:
     stuck: list[int]  # ids of stuck_row notes
     marker: DedupeMarker | None  # a switch's dedupe marker
     snapshots_waiting: bool  # gate_snapshot may hold requests
+    holder: HolderState | None  # the channel's recorded holder (gate_holder), None: none yet
 
 
 @dataclass
@@ -213,7 +233,7 @@ class Pipeline:
     """Runs one channel in the foreground until :meth:`stop` (or SIGTERM/SIGINT)."""
 
     def __init__(self, dc: ServerConfig, channel: str, preflight: bool = True, metrics_port: int | None = None,
-                 metrics_address: str | None = None) -> None:
+                 metrics_address: str | None = None, standby: bool = False) -> None:
         q(channel)
         self.dc = dc
         self.channel = channel
@@ -237,6 +257,12 @@ class Pipeline:
         self._failure: GateError | None = None  # what stopped a thread beside the main loop, raised by the loop
         self._stuck: list[int] = []  # ids of stuck_row notes above the checkpoint, left by an earlier run
         self._on_rows_without_events = "snapshot"  # the channel's setting, read at start and with the filter
+        self.standby = standby  # wait until the channel has no live holder, then take it over
+        self.me = Me.here()
+        self._epoch: int | None = None  # this run's epoch in gate_holder, once it holds the channel
+        self._claim: int | None = None  # the epoch start-up takes, read with the lock held, until it is committed
+        self._reason: str | None = None  # why a standby takes the channel over
+        self._heartbeat: Heartbeat | None = None
 
     def fail(self, exc: GateError) -> None:
         """A thread beside the main loop (retention, the standby sampler) met an error that stops gate; the
@@ -286,18 +312,68 @@ class Pipeline:
             check_mariadb("DC", self.dc.address, *server[0])
             holder = lock_from(lock)
             if holder is not None:
+                if self._epoch is not None:  # this run held the channel: was it taken over meanwhile?
+                    with conn.cursor() as cur:
+                        found = holder_state(cur, self.channel)
+                    if found is None or found.epoch != self._epoch:
+                        raise Deposed(deposed_message(self.channel, self._epoch, None if found is None else (
+                            found.epoch, found.host, found.pid)))
                 raise ChannelBusy(
                     f"Channel '{self.channel}' is already being run by another gate process (DC connection "
-                    f"{holder}). Stop that one first; 'gate status {self.channel}' shows it."
+                    f"{holder}). Stop that one first, or start this one as a standby ('gate run {self.channel} "
+                    f"--standby'); 'gate status {self.channel}' shows it."
                 )
             self._tables = table_set(tables)
             if announce:
-                schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
-                self._announce(conn)
+                self._reopened(conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _reopened(self, conn: pymysql.Connection) -> None:
+        """A control connection opened again (the DC restarted, a link broke) holds the lock again: the channel
+        checked, this run confirmed as its holder (else :class:`Deposed`), then who runs it said."""
+        schema_version(conn, self.channel)  # a channel of this gate's schema: only then say who runs it there
+        if self._epoch is not None:
+            confirm(conn, self.channel, self._epoch)
+        elif self._claim is not None:  # another gate may have taken it over since the epoch was read
+            raise GateError(f"Channel '{self.channel}': the DC connection holding its lock broke during start-up; "
+                            f"run 'gate run {self.channel}' again.")
+        self._announce(conn)
+
+    def _held(self, conn: pymysql.Connection, reason: str) -> pymysql.Connection:
+        """The connection a standby waited on holds the channel's lock: the control connection; start-up takes
+        the channel over (:meth:`_prepare`) for ``reason``."""
+        try:
+            self._tables = table_set(read_together(conn, [tables_query(self.channel)])[0])
+        except BaseException:
+            conn.close()
+            raise
+        self._reason = reason
+        return conn
+
+    def _fence(self) -> Fence:
+        """What this run's other DC connections check in each write transaction: its epoch (before the
+        start-up transaction commits it, the one it claims: their first check waits for that transaction)."""
+        epoch = self._epoch if self._epoch is not None else self._claim
+        assert epoch is not None
+        return Fence(self.channel, epoch)
+
+    def _deposed(self, exc: GateError) -> None:
+        """The heartbeat found another holder: the main loop stops on it; should it not end soon (waiting on a
+        hung DC connection), the process exits anyway. Nothing of it can land in the DC (every write is fenced)."""
+        self.fail(exc)
+        timer = threading.Timer(ABANDON_WITHIN + 2 * (self._heartbeat.lease if self._heartbeat else 5.0),
+                                self._exit_deposed, (exc,))
+        timer.daemon = True
+        timer.start()
+
+    def _exit_deposed(self, exc: GateError) -> None:
+        log.error("%s", exc)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(Deposed.exit_code)
 
     def _announce(self, conn: pymysql.Connection) -> None:
         """Record who holds the lock, for 'gate channel list': this DC connection, host, pid, metrics address."""
@@ -344,23 +420,29 @@ class Pipeline:
             conn = self._ctl_conn()
             queries = [version_query(channel), settings_query(channel), resume_query(channel), stuck_query(channel),
                        marker_query(channel)]
+            held = set(HOLDER_TABLES) <= self._tables  # a channel made before them: they come with _prepare
             waiting = {snapshot.TABLE, snapshot.VERIFY_TABLE} <= self._tables  # else made by _prepare, polled once
             try:
-                found = read_together(conn, queries + ([snapshot.waiting_query(channel)] if waiting else []))
+                found = read_together(conn, queries + ([holder_query(channel)] if held else []) + (
+                    [snapshot.waiting_query(channel)] if waiting else []))
                 version = usable_version(self._tables, found[0])
             except pymysql.err.ProgrammingError:  # a table or the database is missing
                 version = None
             if version is None:
                 schema_version(conn, channel)  # raises, naming what is wrong
                 raise GateError(f"Channel '{channel}' changed while gate started; run 'gate run {channel}' again.")
+        holder = holder_from(found[5]) if held else None
+        if self._epoch is None:  # the lock is held: no other gate can take the channel over until it is let go
+            self._claim = (0 if holder is None else holder.epoch) + 1
         return StartReads(version, settings_from(channel, found[1]), resume_from(found[2]), stuck_from(found[3]),
-                          marker_from(found[4]), bool(found[5]) if waiting else True)
+                          marker_from(found[4]), bool(found[-1]) if waiting else True, holder)
 
     def _prepare(self, settings: ChannelSettings, start: StartReads, source_server_id: int | None = None) -> ResumeState:
         """Make the DC consistent before reading, in one round trip (and one per migration, for a channel of an
-        older schema): the tables a channel of an older gate lacks, the runner record, the rows above the
-        checkpoint removed, the last run's error and the notes of stuck rows the checkpoint passed forgotten,
-        and the source's server_id recorded (for failover fingerprints)."""
+        older schema): the tables a channel of an older gate lacks, the channel taken over (the first time: a
+        new epoch, the takeover recorded), the runner record, the rows above the checkpoint removed, the last
+        run's error and the notes of stuck rows the checkpoint passed forgotten, and the source's server_id
+        recorded (for failover fingerprints)."""
         conn = self._ctl_conn()
         state = start.state
         source = settings.source
@@ -384,10 +466,19 @@ class Pipeline:
                 xa.ensure_table(cur)
                 snapshot.ensure_table(cur)
             self._tables |= {xa.TABLE, snapshot.TABLE, snapshot.VERIFY_TABLE}
+        if not set(HOLDER_TABLES) <= self._tables:
+            with conn.cursor() as cur:
+                ensure_holder_tables(cur, self.channel)
+            self._tables |= set(HOLDER_TABLES)
         stuck = start.stuck
         runner = self._runner(conn)
+        claim = self._claim if self._epoch is None else None
+        reason = self._reason or takeover_reason(start.holder)
+        first = [0]  # the index of the DELETE's count
 
         def statements(cur: pymysql.cursors.Cursor) -> None:
+            if claim is not None:  # first: it waits for the previous holder's fenced transactions in flight
+                first[0] = record_takeover(cur, self.channel, self.me, claim, self.standby, reason, start.holder)
             remove_above_checkpoint(cur, self.channel, state.id)  # a batch's cursor: its first DELETE alone
             record_runner(cur, self.channel, runner)
             clear_stop(cur, self.channel)
@@ -396,7 +487,9 @@ class Pipeline:
                 record_source_server_id(cur, self.channel, source_server_id)
 
         with refusals("DC", self.dc, STARTING, self.channel):
-            removed = in_one_round_trip(conn, statements)[0]
+            removed = in_one_round_trip(conn, statements)[first[0]]
+        if claim is not None:
+            self._took_over(claim, reason, start.holder, settings.defaults.lease_seconds)
         if removed >= REMOVE_BATCH:
             with conn.cursor() as cur:
                 removed += remove_above_checkpoint(cur, self.channel, state.id)
@@ -404,6 +497,19 @@ class Pipeline:
         if removed:
             log.info("removed %d rows above the checkpoint (id %d), left by an interrupted run", removed, state.id)
         return state
+
+    def _took_over(self, epoch: int, reason: str, previous: HolderState | None, lease: float) -> None:
+        """The start-up transaction made this run the channel's holder: its heartbeat and retention start."""
+        self._epoch = epoch
+        log_takeover(self.channel, self.me, epoch, self.standby, reason)
+        self._heartbeat = heartbeat = Heartbeat(self.dc, self.channel, self.me, epoch, lease, self._deposed)
+        heartbeat.start()
+        self.metrics.epoch, self.metrics.standbys = epoch, lambda: heartbeat.standbys
+        if self.standby:
+            self.metrics.took_over_at = time.time()
+            self.metrics.took_over_from = "" if previous is None else f"{previous.host} pid {previous.pid}"
+        self._retainer = Retainer(self.dc, self.channel, self.metrics.retention, self.fail, self._fence())
+        self._retainer.start()  # removal runs beside the capture, fenced
 
     def _store(self, state: ResumeState) -> None:
         conn = self._ctl_conn()
@@ -419,14 +525,29 @@ class Pipeline:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._signalled())
-        start_forkserver(["gate.capture.children"])  # it loads the children's modules while gate starts up
         try:
+            if self.standby:
+                self.metrics.standing_by = True
+                if self.metrics_port:  # given on the command line: served while standing by too
+                    self.metrics_server = MetricsServer(self.metrics, self.metrics_address or "127.0.0.1",
+                                                        self.metrics_port)
+                found = stand_by(self.dc, self.channel, self.me, self._stopping)
+                self.metrics.standing_by = False
+                if found is None:
+                    log.info("channel %s: stopped while standing by", self.channel)
+                    return self.stats
+                self._ctl = self._held(*found)
+            start_forkserver(["gate.capture.children"])  # it loads the children's modules while gate starts up
             with refusals("DC", self.dc, "a statement of gate's control connection", self.channel):
-                return self._run()
+                stats = self._run()
+            self._leave()
+            return stats
         except (GateError, pymysql.err.MySQLError) as exc:
             self._record_stop(exc)
             raise
         finally:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
             if self._retainer is not None:
                 self._retainer.stop()
             if self.metrics_server is not None:
@@ -438,8 +559,10 @@ class Pipeline:
         """Leave the error that stops gate in gate_meta for 'gate status' (the next start removes it), while the
         channel's lock is still held; a DC that cannot take it leaves it in the log alone. Servers that could
         not be reached are the log's alone (a restart retries them)."""
-        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy, SchemaVersionError)):
-            return  # not this run's channel (or not one gate may write to), a deliberate stop, or a DC that may not answer
+        if self._ctl is None or is_transient(exc) or isinstance(exc, (DrainAbandoned, ChannelBusy, Deposed,
+                                                                      SchemaVersionError)):
+            return  # not this run's channel (any more, or not one gate may write to), a deliberate stop, or a DC
+            # that may not answer now
         exit_status = exc.exit_code if isinstance(exc, GateError) else ServerRefused.exit_code  # as the CLI exits
         try:
             transaction = exc.transaction if isinstance(exc, TransactionRefused) else None
@@ -447,6 +570,17 @@ class Pipeline:
                                                             transaction=transaction))
         except pymysql.err.MySQLError as failed:
             log.warning("channel %s: the error that stops gate was not recorded in the DC (%s)", self.channel, failed)
+
+    def _leave(self) -> None:
+        """A clean stop: a standby takes the channel over at once."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._ctl is not None and self._epoch is not None:
+            try:
+                leave(self._ctl, self.channel, self.me)
+            except pymysql.err.MySQLError as exc:
+                log.warning("channel %s: not marked as stopped cleanly in the DC (%s); a standby takes over once "
+                            "lease_seconds pass", self.channel, exc)
 
     def _serve_metrics(self, settings: ChannelSettings) -> None:
         """Start the metrics and health endpoints if the command line or the channel's settings ask."""
@@ -481,9 +615,6 @@ class Pipeline:
             if self._stopping.is_set():
                 log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
                 return self.stats
-            if self._retainer is None:  # once the channel's lock is held: removal runs beside the capture
-                self._retainer = Retainer(self.dc, self.channel, self.metrics.retention, self.fail)
-                self._retainer.start()
             try:
                 self._run_source(settings, start)
                 return self.stats
@@ -523,7 +654,7 @@ class Pipeline:
         self._on_rows_without_events = defaults.on_rows_without_events
         with ExitStack() as not_started:  # the children start first (the writers connect while gate prepares)
             pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
-                              on_written=self._chunk_written)
+                              on_written=self._chunk_written, fence=self._fence())
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)
@@ -553,8 +684,9 @@ class Pipeline:
             closing = not_started.pop_all()  # from here on _finish closes the children, the end the Deduper's connection
         sequencer = Sequencer(state.id, state.tid, source.address)
         checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,
-                                    marker_pending=marker is not None, stuck=self._stuck)
-        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds, self.fail)
+                                    marker_pending=marker is not None, stuck=self._stuck, fence=self._fence())
+        sampler = (StandbySampler(self.dc, self.channel, settings.standby, defaults.standby_sample_seconds, self.fail,
+                                  self._fence())
                    if settings.standby else None)
         log.info("channel %s: reading %s from %s, checkpoint id=%d tid=%d, %d decoders, %d writers%s",
                  self.channel, source.address, reader.boundary.describe(), state.id, state.tid, defaults.decoders,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from gate.capture.holder import Fence, tag_session
 from gate.common.config import ChannelDefaults, ServerConfig
 from gate.common.dc import PURGED_KEY, connect, one_row, purged_through, q, read_settings
 from gate.common.errors import GateError
@@ -127,11 +128,11 @@ def _transaction_start(cur: pymysql.cursors.Cursor, channel: str, purged: int, b
 
 
 def purge(conn: pymysql.Connection, channel: str, bound: int, on_batch: Callable[[int, int], None] | None = None,
-          stopping: threading.Event | None = None, pause: float = PURGE_PAUSE) -> int:
+          stopping: threading.Event | None = None, pause: float = PURGE_PAUSE, fence: Fence | None = None) -> int:
     """Remove rows up to ``bound`` in ascending batches of PURGE_BATCH rows, each one DC transaction that
     moves purged_through first, each followed by a pause of ``pause`` times its duration; returns how many
     rows went. ``on_batch(purged_through, rows)`` follows each batch; ``stopping`` ends the work between
-    two batches."""
+    two batches; ``fence`` (gate run's) is checked first in each batch's transaction."""
     removed = 0
     halt = stopping or threading.Event()
     with conn.cursor() as cur:
@@ -140,6 +141,8 @@ def purge(conn: pymysql.Connection, channel: str, bound: int, on_batch: Callable
         while not halt.is_set():
             began = time.monotonic()
             conn.begin()
+            if fence is not None:
+                fence.check(cur)
             cur.execute(f"SELECT value FROM {q(channel)}.gate_meta WHERE name = %s FOR UPDATE", (PURGED_KEY,))
             start = int(one_row(cur)[0])
             end = min(bound, start + PURGE_BATCH)
@@ -178,8 +181,9 @@ class Retainer:
     when the channel has a ``retain_days``, removes what :func:`plan` allows."""
 
     def __init__(self, dc: ServerConfig, channel: str, figures: RetentionFigures,
-                 on_fatal: Callable[[GateError], None] = lambda exc: None) -> None:
+                 on_fatal: Callable[[GateError], None] = lambda exc: None, fence: Fence | None = None) -> None:
         self.dc = dc
+        self.fence = fence
         self.channel = channel
         self.figures = figures
         self.on_fatal = on_fatal  # told the error that stops gate; the thread ends
@@ -215,11 +219,13 @@ class Retainer:
         try:
             if self._conn is None:
                 self._conn = connect(self.dc, "DC", self.channel)
+                tag_session(self._conn, self.channel)
             defaults = read_settings(self._conn, self.channel).defaults
             found = plan(self._conn, self.channel, defaults)
             self._report(found, defaults)
             if found.removable > 0:
-                removed = purge(self._conn, self.channel, found.bound, self.figures.removed, self._stopping)
+                removed = purge(self._conn, self.channel, found.bound, self.figures.removed, self._stopping,
+                                fence=self.fence)
                 log.info("channel %s: retention removed %d rows, now up to id %d (bound: %s)", self.channel,
                          removed, self.figures.purged_through, found.pinned_by)
             self.figures.last_run = time.time()

@@ -24,6 +24,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
+from gate.capture.holder import Fence, tag_expression, tag_session
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
 from gate.common.dc import connect, one_row, q, round_trips
@@ -45,17 +46,21 @@ log = logging.getLogger(__name__)
 
 
 def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int, float]:
-    """A writer's DC session, its max_allowed_packet (the server's global value when it opened) and the
-    seconds its set-up took: one round trip (autocommit goes off in it, not in a round trip of its own)."""
+    """A writer's DC session (tagged for a takeover to find), its max_allowed_packet (the server's global value
+    when it opened) and the seconds its set-up took: one round trip (autocommit goes off and the tag is taken
+    in it, not in round trips of their own; a writer has up to MAX_LANES sessions)."""
     conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS)
     started = time.monotonic()
+    tag, args = tag_expression(database)
     with conn.cursor() as cur:  # _literal escapes with backslashes: sql_mode without NO_BACKSLASH_ESCAPES
         cur.execute("SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
                     "@@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
-                    "SELECT @@SESSION.max_allowed_packet")
+                    f"SELECT @@SESSION.max_allowed_packet, {tag}", args)
         cur.nextset()
-        max_packet = one_row(cur)[0]
-    return conn, int(max_packet), time.monotonic() - started
+        max_packet, tagged = one_row(cur)
+    rtt = time.monotonic() - started
+    tag_session(conn, database, tagged == 1)  # another slot only when that one was taken
+    return conn, int(max_packet), rtt
 
 
 def _literal(text: str) -> str:
@@ -133,16 +138,20 @@ def too_large_message(channel: str, server: ServerConfig, exc: RowTooLarge) -> s
 
 
 def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGEST_PACKET,
-           resolved: str | None = None) -> None:
+           resolved: str | None = None, fence: Fence | None = None) -> None:
     """One DC transaction, its INSERTs and COMMIT in as few round trips as the packet size allows (one for a
     chunk of up to MAX_STATEMENT characters): the server runs a multi-statement query's statements in order
-    and stops at the first error, so the COMMIT runs only after every INSERT succeeded. ``resolved`` names a
-    gate_meta entry it removes (a stuck row that now fits)."""
+    and stops at the first error, so the COMMIT runs only after every INSERT succeeded. ``fence`` (this run's
+    epoch, see gate.capture.holder; None in tests of the writer alone) is checked first, a round trip of its
+    own: autocommit is off, so its SELECT ... LOCK IN SHARE MODE opens the transaction and its lock holds to
+    that COMMIT. ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
     statements = insert_statements(rows, max_packet)  # a row too large raises before anything is sent
     if resolved is not None:
         statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}")
     try:
         with conn.cursor() as cur:
+            if fence is not None:
+                fence.check(cur)
             for query in round_trips(statements + ["COMMIT"], max_packet):
                 cur.execute(query)
                 while cur.nextset():
@@ -200,9 +209,10 @@ def lanes_for(rtt: float) -> int:
     return max(1, min(MAX_LANES, 1 + int(rtt / LANE_SPAN)))
 
 
-def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -> None:
+def _writer_main(server: ServerConfig, database: str, fence: Fence | None, inbox: Any, outbox: Any) -> None:
     """A writer process: its lanes (threads with a DC session each, as many as the link's round trip asks,
-    see :func:`lanes_for`) take chunks from ``inbox``, one at a time each."""
+    see :func:`lanes_for`) take chunks from ``inbox``, one at a time each; each chunk's transaction checks
+    ``fence`` first."""
     start_child("gate-writer")
     first: tuple[pymysql.Connection, int] | None = None
     lanes = 1
@@ -213,7 +223,8 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         first = None  # the first chunk tries again, and stops gate if the error stays
     idle = threading.Semaphore(lanes)  # a chunk is taken from the inbox only for an idle lane
     jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None] = queue.SimpleQueue()
-    threads = [threading.Thread(target=_lane, args=(server, database, jobs, outbox, idle, first if n == 0 else None),
+    threads = [threading.Thread(target=_lane, args=(server, database, fence, jobs, outbox, idle,
+                                                    first if n == 0 else None),
                                 name=f"lane-{n}", daemon=True) for n in range(lanes)]
     for thread in threads:
         thread.start()
@@ -229,8 +240,9 @@ def _writer_main(server: ServerConfig, database: str, inbox: Any, outbox: Any) -
         thread.join()
 
 
-def _lane(server: ServerConfig, database: str, jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None], outbox: Any,
-          idle: threading.Semaphore, session: tuple[pymysql.Connection, int] | None) -> None:
+def _lane(server: ServerConfig, database: str, fence: Fence | None,
+          jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None], outbox: Any, idle: threading.Semaphore,
+          session: tuple[pymysql.Connection, int] | None) -> None:
     """One connection of a writer: writes the chunks of ``jobs`` until None, releasing ``idle`` after each.
     Without ``session`` it connects at once, before the first chunk comes (else that chunk retries it)."""
     conn, max_packet = session if session is not None else (None, LARGEST_PACKET)
@@ -256,7 +268,7 @@ def _lane(server: ServerConfig, database: str, jobs: queue.SimpleQueue[tuple[int
                     conn, max_packet, _ = _dc_session(server, database)
                     if attempt and _landed(conn, rows):
                         break
-                _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}")
+                _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}", fence)
                 break
             except RowTooLarge as exc:
                 now = time.monotonic()
@@ -305,11 +317,11 @@ class WriterPool(WorkerPool):
 
     def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
                  cancel: threading.Event | None = None,
-                 on_written: Callable[[dict[str, int], float], None] | None = None) -> None:
+                 on_written: Callable[[dict[str, int], float], None] | None = None, fence: Fence | None = None) -> None:
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
         self._on_written = on_written  # told each committed chunk's rows per optype and its seconds
-        super().__init__(_writer_main, (server, database), processes, depth)
+        super().__init__(_writer_main, (server, database, fence), processes, depth)
         self.in_flight = 0
         self._done: list[int] = []
 

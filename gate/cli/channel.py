@@ -173,7 +173,9 @@ def list_(app: App) -> None:
     """List the channels on the DC server: which run, how far behind, where their metrics are.
 
     For each channel: state (running when a gate holds the channel's lock on the DC server, else
-    stopped); gate, the running gate's host and pid (HOST/PID); lag_seconds, as 'gate status' computes
+    stopped); gate, the running gate's host and pid (HOST/PID); standing_by, the gates started with
+    'gate run --standby' waiting to take it over (HOST/PID, those whose heartbeat is recent; in JSON
+    also last_takeover, the last one a standby made: when, from whom, why); lag_seconds, as 'gate status' computes
     it: 0 when the channel's resume position is the source's binlog end, else the source's clock minus
     the source time of the oldest transaction not yet at or below the checkpoint (so an idle source does
     not make it grow, and a stopped channel's lag grows from the first transaction it misses); the
@@ -194,8 +196,10 @@ def list_(app: App) -> None:
     shown = [{**row, "gate": _describe_gate(row["gate"]),
               "metrics": row["metrics_port"] and f"{row['metrics_address']}:{row['metrics_port']}"} for row in rows]
     problems = [f"\nchannel {row['channel']} is {row['state']}: {row['problem']}" for row in rows if row["problem"]]
+    shown = [{**row, "standing_by": ", ".join(row["standing_by"]) or None} for row in shown]
     app.emit(rows, "\n".join([table(shown, ["channel", "state", "gate", "lag_seconds", "checkpoint_id",
-                                            "checkpoint_tid", "metrics", "source", "standby", "schema_version"]),
+                                            "checkpoint_tid", "metrics", "source", "standby", "schema_version",
+                                            "standing_by"]),
                               *problems]))
 
 
@@ -482,6 +486,8 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
 @click.option("--on-rows-without-events", type=click.Choice(channels.ON_ROWS_WITHOUT_EVENTS),
               help="after a statement that changed rows without row events (TRUNCATE PARTITION, ...): snapshot "
                    "the tables it changed, or only flag its payload")
+@click.option("--lease-seconds", type=float, metavar="S",
+              help="a running gate silent for longer (host down, cut off) is taken over by a standby")
 @click.option("--snapshot-whole-table-rows", type=int, metavar="N",
               help="the most rows of a table snapshotted whole (gate snapshot --whole-table)")
 @tls_options("source", "source")
@@ -490,7 +496,7 @@ def set_standby(app: App, name: str, address: str | None, user: str | None, pass
 def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | None, retain_days: str | None,
          consumer_max_idle_days: float | None, metrics_port: int | None, metrics_address: str | None,
          stuck_after_seconds: float | None, ready_lag_seconds: float | None, on_rows_without_events: str | None,
-         snapshot_whole_table_rows: int | None,
+         snapshot_whole_table_rows: int | None, lease_seconds: float | None,
          source_tls_mode: str | None,
          source_tls_ca: str | None, source_tls_cert: str | None, source_tls_key: str | None,
          standby_tls_mode: str | None, standby_tls_ca: str | None, standby_tls_cert: str | None,
@@ -521,6 +527,11 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
     so that the DC's fold converges again; 'flag' leaves it at the payload. A running gate applies it
     within seconds.
 
+    --lease-seconds S: a gate running the channel that has not beaten its heartbeat in the DC for S
+    seconds (its host down or cut off from the DC, the process stopped) is taken over by a gate standing
+    by ('gate run --standby'); standbys apply it at once, the running gate from its next start. See
+    docs/dba/several-hosts.md.
+
     --snapshot-whole-table-rows N: the most rows of a table 'gate snapshot --whole-table' reads (it
     holds them all in memory); a running gate uses it from its next start.
 
@@ -536,6 +547,7 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         gate channel set shop --retain-days 14 --consumer-max-idle-days 3
         gate channel set shop --metrics-port 9188 --ready-lag-seconds 300
         gate channel set shop --on-rows-without-events flag
+        gate channel set shop --lease-seconds 10
         gate channel set shop --source-tls-mode verify-identity --source-tls-ca /etc/gate/ca.pem
     """
     tls = {role: options for role, options in (
@@ -547,7 +559,7 @@ def set_(app: App, name: str, failover_mode: str | None, on_divergence: str | No
         check_range("channel_defaults.snapshot_whole_table_rows", snapshot_whole_table_rows,
                     "--snapshot-whole-table-rows")
     _, clashes = channels.set_metrics(app.dc, name, metrics_port, metrics_address, stuck_after_seconds,
-                                      ready_lag_seconds)  # it checks its values before it changes anything
+                                      ready_lag_seconds, lease_seconds)  # it checks its values before it changes anything
     settings = channels.set_tls(app.dc, name, tls)
     settings = channels.set_failover(app.dc, name, failover_mode, on_divergence)
     if on_rows_without_events is not None:

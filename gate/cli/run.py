@@ -35,8 +35,11 @@ MAX_SAMPLE = 3600  # seconds 'gate status --sample' may watch at most
               help="serve /metrics, /healthz and /readyz on this port, 0 for none [default: the channel's metrics_port]")
 @click.option("--metrics-address", metavar="ADDRESS",
               help="the interface they listen on [default: the channel's metrics_address, 127.0.0.1]")
+@click.option("--standby", is_flag=True,
+              help="wait until no live gate runs CHANNEL (on any host), then take it over and run it")
 @click.pass_obj
-def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metrics_address: str | None) -> None:
+def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metrics_address: str | None,
+        standby: bool) -> None:
     """Run CHANNEL in the foreground: read its source's binlog into its DC database.
 
     gate acts as a replica of the channel's source (with the channel's server_id), writes every row
@@ -63,24 +66,35 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     the fix; 'gate status' shows it.
 
     
+    With --standby, gate first waits on one DC connection, idle, until no live gate runs the channel:
+    none holds its lock (the one running it stopped, was killed or crashed), or the one holding it has
+    not beaten its heartbeat for lease_seconds (its host is down or cut off from the DC, or it is
+    stopped): then gate ends that one's DC connections and runs the channel from its checkpoint, as
+    'gate run' does. Any number of hosts may stand by; one takes over. A gate that was taken over writes
+    nothing more (every DC write checks the channel's epoch in its own transaction) and exits with
+    status 5. A standby started before the channel exists waits for it. See docs/dba/several-hosts.md.
+
     Exit status:
       0  stopped by SIGTERM or Ctrl-C, checkpoint stored
       1  restart me: a server unreachable at start, an error a new run may not meet, a second signal
       2  a malformed config, channel name or value, a metrics port taken: fix it, do not restart
       3  a server refused gate (privilege, login, database, table, read-only, TLS certificate): an
          operator must act
+      5  deposed: another gate (a standby) took the channel over while this one was silent; do not
+         restart blindly ('gate status' says who runs it now and why)
 
     Example:
 
     \b
         gate run demo
         gate run demo --metrics-port 9187
+        gate run demo --standby
         GATE_CONFIG=/etc/gate/config.yaml gate run orders
     """
     check_identifier(channel, "channel name")
     setup_logging(app.config.log.level)
     Pipeline(app.dc, channel, preflight=not no_check, metrics_port=metrics_port,
-             metrics_address=metrics_address).run()
+             metrics_address=metrics_address, standby=standby).run()
 
 
 @click.command()
@@ -97,7 +111,10 @@ def status(app: App, channel: str, sample: float) -> None:
     everything), and how long the DC has made no progress while the running gate waits for it
     (dc_stalled_seconds, from its /metrics; 0: not stalled). With a
     standby: the age of the newest standby sample (the DC server's clock now minus the standby's
-    clock at sampling; samples are taken while gate runs). Then the failover settings and every
+    clock at sampling; samples are taken while gate runs). Then the gate processes of the channel on
+    any host: the active one and those standing by ('gate run --standby'), each with its heartbeat's
+    age; and the takeovers by a standby among the last 10 starts (when, which host and pid, from whom,
+    why; JSON: every start). Then the failover settings and every
     switch so far (time in UTC, from, to, the checkpoint id at the switch, reason), oldest first.
     Then retention: retain_days, the highest id removed (purged_through), the oldest kept id, the
     bound a purge would remove up to and what pins it (the checkpoint, a consumer, retain_days), and
@@ -122,6 +139,7 @@ def status(app: App, channel: str, sample: float) -> None:
     switches, stuck, stale, pending, stop, skipped = (result["switches"], result["stuck_rows"],
                                                       result["stale_consumers"], result["snapshots"],
                                                       result["stopped_by"], result["skipped"])
+    takeovers = [t for t in result["takeovers"] if t["standby"]]
     refused = stop and stop["transaction"]
     shown = {}
     for key, value in result.items():
@@ -129,7 +147,14 @@ def status(app: App, channel: str, sample: float) -> None:
         if key == "stopped_by":  # the transaction it stopped at, the one 'gate channel skip' may pass
             shown["refused_transaction"] = refused and f"{refused['name']} at {refused['log_file']}:{refused['log_pos']}"
     text = pairs({**shown, "switches": len(switches), "stuck_rows": len(stuck), "stale_consumers": len(stale),
-                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped)})
+                  "snapshots": len(pending), "stopped_by": stop and stop["error"], "skipped": len(skipped),
+                  "gates": len(result["gates"]), "takeovers": len(takeovers)})
+    if result["gates"]:
+        text += "\n\ngates (the active one runs the channel; standbys take it over):\n"
+        text += table(result["gates"], ["role", "host", "pid", "since", "heartbeat_age_seconds"])
+    if takeovers:
+        text += "\n\ntakeovers by a standby (UTC):\n"
+        text += table(takeovers, ["epoch", "at", "host", "pid", "from_host", "from_pid", "reason"])
     if switches:
         text += "\n\n" + table(switches, ["switched_at", "from_instance", "to_instance", "at_id", "reason"])
     if skipped:

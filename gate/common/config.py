@@ -39,6 +39,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "channel_defaults.failover_margin_seconds": (0, 3600),
     "channel_defaults.metrics_port": (0, 65535),
     "channel_defaults.stuck_after_seconds": (1, 86_400),
+    "channel_defaults.lease_seconds": (1, 3600),
     "channel_defaults.ready_lag_seconds": (0, 86_400),
     "channel_defaults.retain_days": (0, 36_500),
     "channel_defaults.consumer_max_idle_days": (0.001, 3650),
@@ -217,6 +218,7 @@ class ChannelDefaults:
     on_rows_without_events: Literal["snapshot", "flag"] = "snapshot"  # a statement that changed rows without
     # row events (ROWS_WITHOUT_EVENTS in its payload): snapshot those tables, or only flag the payload
     snapshot_whole_table_rows: int = 100_000  # the most rows of a table snapshotted whole (--whole-table)
+    lease_seconds: float = 5.0  # a running gate silent for longer (host down, cut off) is taken over by a standby
     tls: TlsSettings = field(default_factory=TlsSettings)  # a new channel's source and standby; stored per server
 
 

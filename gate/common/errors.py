@@ -110,6 +110,13 @@ class ChannelBusy(GateError):
     """Another gate process is running the channel."""
 
 
+class Deposed(GateError):
+    """Another gate process took the channel over (a standby, after this one went silent for longer than
+    lease_seconds): this one writes nothing more and exits. Not restarted blindly: see docs/dba/several-hosts.md."""
+
+    exit_code = 5
+
+
 class MissingPrivileges(GateError):
     """The DC user lacks a privilege gate needs in a channel database."""
 
