@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 import pymysql
+from memory import smaps_rollup  # beside this script
 
 from gate.capture.holder import Fence, take_over
 from gate.capture.holder import Me as Holder
@@ -45,18 +46,6 @@ from gate.devtools.sandbox import MariaDBServer, Sandbox
 GATE = str(Path(sys.executable).with_name("gate"))
 CHANNEL = "bench_standby"
 DB = "bench_standby_src"
-
-
-def smaps_rollup(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of a process in bytes."""
-    rss = pss = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1]) * 1024
-    return rss, pss
 
 
 class Host:
