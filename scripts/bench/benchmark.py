@@ -189,6 +189,14 @@ def dc_checksum(dc: MariaDBServer, name: str) -> str:
     return f"{count}:{crc}"
 
 
+def sink_checksum(sink_dir: Path) -> str:
+    """The fingerprint of a --capture-only run's rows, as :func:`dc_checksum` gives it for the rows in the DC:
+    the counting writers' totals added up (a sum of CRC32s, as the DC's SUM)."""
+    totals = [json.loads(f.read_text()) for f in sorted(sink_dir.glob("sink-*.json"))]
+    count, crc = sum(t["rows"] for t in totals), sum(t["crc"] for t in totals)
+    return f"{count}:{crc if count else None}"
+
+
 def drop_channel(dc: MariaDBServer, name: str) -> None:
     with dc.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
@@ -198,7 +206,7 @@ class GateProcess:
     """scripts/bench/gate_runner.py for one channel, with its tree monitored."""
 
     def __init__(self, dc: MariaDBServer, channel: str, workdir: Path, profile_dir: Path | None = None,
-                 py_spy: Path | None = None, dc_port: int | None = None) -> None:
+                 py_spy: Path | None = None, dc_port: int | None = None, sink_dir: Path | None = None) -> None:
         self.stamp = workdir / f"{channel}.stamp"
         self.log = workdir / f"{channel}.log"
         cmd = [sys.executable, str(RUNNER), "--dc-port", str(dc_port or dc.port), "--channel", channel,
@@ -207,6 +215,8 @@ class GateProcess:
             cmd += ["--dc-tls-ca", dc.tls.ca]
         if profile_dir is not None:
             cmd += ["--profile-dir", str(profile_dir)]
+        if sink_dir is not None:
+            cmd += ["--capture-only", str(sink_dir)]
         if py_spy is not None:
             spy = Path(sys.executable).with_name("py-spy")
             cmd = [str(spy), "record", "--rate", "200", "--format", "raw", "--subprocesses", "--idle", "--threads",
@@ -268,15 +278,19 @@ class GateProcess:
 def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: int, workdir: Path,
              defaults: ChannelDefaults, allow: tuple[str, ...], timeout: float,
              profile_dir: Path | None = None, py_spy: Path | None = None,
-             columns: tuple[ColumnRule, ...] = (), links: Links | None = None) -> dict[str, Any]:
+             columns: tuple[ColumnRule, ...] = (), links: Links | None = None,
+             capture_only: bool = False) -> dict[str, Any]:
     """gate over [start, end): rows/s from Pipeline.run() to the checkpoint reaching ``end``. With ``links``,
-    gate reaches the DC and the source through their proxies (the DC's ceiling is not measured then)."""
+    gate reaches the DC and the source through their proxies (the DC's ceiling is not measured then). With
+    ``capture_only`` its writer processes count the rows instead of writing them (gate_runner.py
+    --capture-only): the fingerprint of the rows comes from them, and no ceiling is measured."""
     new_channel(box.dc, box.source, channel, start, defaults, allow, columns,
                 links.source.port if links else None)
     poller = CheckpointPoller(box.dc, channel, end)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
-    gate = GateProcess(box.dc, channel, workdir, profile_dir, py_spy, links.dc.port if links else None)
+    sink_dir = workdir / f"{channel}.sink" if capture_only else None
+    gate = GateProcess(box.dc, channel, workdir, profile_dir, py_spy, links.dc.port if links else None, sink_dir)
     try:
         poller.start()
         t_run = gate.started_at()
@@ -316,11 +330,14 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
     if early is not None and final_id > early[0]:
         steady_cpu = {role: round((s - early[1].get(role, 0.0)) / (final_id - early[0]) * 1e6, 2)
                       for role, s in cpu_gate.items()}
-    checksum = dc_checksum(box.dc, channel)
-    ceiling = None if links else measure_ceiling(box.dc, channel)  # the DC's LOAD DATA rate for these very rows
+    if sink_dir is not None:
+        checksum, ceiling = sink_checksum(sink_dir), None
+    else:
+        checksum = dc_checksum(box.dc, channel)
+        ceiling = None if links else measure_ceiling(box.dc, channel)  # the DC's LOAD DATA rate for these very rows
     drop_channel(box.dc, channel)
     return {
-        "dc_checksum": checksum, "ceiling": ceiling,
+        "dc_checksum": checksum, "ceiling": ceiling, "capture_only": capture_only,
         "rows": final_id, "expected_rows": rows, "complete": final_id == rows,
         "seconds": seconds, "rows_per_s": final_id / seconds, "startup_s": (trace[0][0] - t_run) if trace else None,
         "launch_to_done_s": t_done - gate.launched, "steady_rows_per_s": steady,
@@ -465,6 +482,19 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         if spy is not None:
             print(f"[{label}] py-spy output in {spy}")
     gate = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]  # the median run
+    captures = []
+    for n in range(args.repeat if args.capture_only else 0):
+        if args.wait_quiet:
+            wait_quiet(args.wait_quiet)
+        result = run_gate(box, f"bench_{key}_cap{n}", start, end, changed, workdir, defaults, (f"{db}.*",),
+                          timeout=max(300.0, changed / 1000), capture_only=True)
+        result["same_rows"] = result["dc_checksum"] == gate["dc_checksum"]
+        captures.append(result)
+        print(f"[{label}] gate, capture only: {result['rows']} rows in {result['seconds']:.2f} s = "
+              f"{result['rows_per_s']:,.0f} rows/s (steady {result['steady_rows_per_s'] or 0:,.0f}); CPU "
+              f"{result['cpu_us_per_row_gate']:.1f} us/row; the same rows as written into the DC: "
+              f"{result['same_rows']}; machine busy {result['machine_busy_percent']:.0f}% of 200", flush=True)
+    capture = sorted(captures, key=lambda r: r["rows_per_s"])[len(captures) // 2] if captures else None
     linked = latency_runs(box, key, db, start, end, changed, args, workdir, defaults, label, gate)
     peers, peer_runs = measure_peers(box, key, db, start, changed, args, workdir, label)
     ruled = None
@@ -482,6 +512,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
         "gate_with_column_rules": ruled, "latency": linked,
         "workload": title, "key": key, "rows": changed, "load_rows_per_s": changed / load_s,
         "loadavg_1m_before": load1, "baseline": base, "gate": gate, "gate_runs": runs,
+        "gate_capture": capture, "gate_capture_runs": captures,
         "peers": peers, "peer_runs": peer_runs,
         "ratio": gate["rows_per_s"] / base["rows_per_s"],
         **ceiling_figures(gate["rows_per_s"], [r["ceiling"] for r in runs]),
@@ -623,6 +654,8 @@ def main() -> int:
     parser.add_argument("--peers", default=",".join(peers_harness.PEERS),
                         help="peers read each workload's range too: comma-separated subset of debezium,maxwell, "
                              "or 'none' (default: both; their artifacts come from scripts/setup.sh)")
+    parser.add_argument("--no-capture-only", dest="capture_only", action="store_false",
+                        help="do not run gate a second time on each workload without its DC writes (capture only)")
     parser.add_argument("--dc-latency", metavar="MS[,MS...]",
                         help="also run each workload (and the lag load) with MS milliseconds added to each round trip "
                              "to the DC, through a proxy; rates printed as ratios of the 0 ms run through it")
@@ -718,7 +751,7 @@ def main() -> int:
     results["meta"]["loadavg_end"] = os.getloadavg()
     print()
     print(report(results))
-    if any(w.get("peers") for w in results["workloads"].values()):
+    if any(w.get("peers") or w.get("gate_capture") for w in results["workloads"].values()):
         print("\n" + peers_report(results))
     if results.get("tls_workloads"):
         print("\n" + tls_report(results))

@@ -9,6 +9,14 @@ cleanly (it drains the writers and stores the last checkpoint).
 ``--stamp FILE`` receives the wall-clock time (time.time()) just before ``Pipeline.run()`` is
 called: the benchmark measures gate's rows/s from that moment.
 
+``--capture-only DIR`` runs gate without its writes into transfer_data: the writer processes are started and
+handed every chunk of numbered rows (each row's final JSON text, rendered by the decoders, as ``gate run``
+hands it to the writers), and count them instead of building INSERTs: each adds up the rows and a CRC32 of
+each row's fields (the benchmark's ``dc_checksum`` over transfer_data, computed on the rows themselves) and
+writes the totals to ``DIR/sink-PID.json`` when gate stops it. Everything else runs as in ``gate run``: the
+reader, the decoders, ordering and numbering, and the checkpoint (one DC transaction every 100 ms, how the
+benchmark sees the end of the range).
+
 ``--profile-dir DIR`` runs the main process under cProfile (``DIR/main.prof``) and each writer and
 decoder process too (``DIR/writer-PID.prof``, ``DIR/decoder-PID.prof``), without touching gate's
 code: the process targets are wrapped here, under this module's own name (``gate_runner``, beside the
@@ -20,20 +28,50 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import logging
 import os
 import sys
 import time
+import zlib
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import gate.capture.decoder
 import gate.capture.snapshot
 import gate.capture.writer
+from gate.capture.sequencer import DCRow
 from gate.common.config import Secret, ServerConfig
+from gate.common.process import start_child
 from gate.common.tls import TlsSettings
 
 _ORIGINAL = {"writer": gate.capture.writer._writer_main, "decoder": gate.capture.decoder._decoder_main}
 _PROFILE_ENV = "GATE_BENCH_PROFILE_DIR"
+_SINK_ENV = "GATE_BENCH_SINK_DIR"
+
+
+def fingerprint(rows: list[DCRow]) -> int:
+    """The sum of CRC32s of the rows' fields as the benchmark's ``dc_checksum`` takes them from transfer_data
+    (id, tid, dbname, tablename, create_time, optype, data joined by '|', in utf8mb4)."""
+    crc32 = zlib.crc32
+    return sum(crc32(f"{r[0]}|{r[1]}|{r[2]}|{r[3]}|{r[4]}|{r[6]}|{r[7]}".encode("utf-8", "surrogateescape"))
+               for r in rows)
+
+
+def _sink_writer_main(server: ServerConfig, database: str, fence: Any, inbox: Any, outbox: Any) -> None:
+    """A writer process that counts (--capture-only): each chunk acknowledged as a writer does once it is
+    committed, its rows counted and fingerprinted, nothing sent to the DC; the totals written when it stops."""
+    start_child("gate-writer")
+    rows = crc = 0
+    while (job := inbox.get()) is not None:
+        seq, chunk = job
+        started = time.monotonic()
+        rows += len(chunk)
+        crc += fingerprint(chunk)
+        outbox.put(("done", seq, dict(Counter(r[6] for r in chunk)), time.monotonic() - started))
+    target = Path(os.environ[_SINK_ENV]) / f"sink-{os.getpid()}.json"
+    target.write_text(json.dumps({"rows": rows, "crc": crc}))
 
 
 def _profiled(role: str, *args: object) -> None:
@@ -79,6 +117,8 @@ def main() -> int:
     parser.add_argument("--channel", required=True)
     parser.add_argument("--stamp", help="file that receives time.time() just before Pipeline.run()")
     parser.add_argument("--profile-dir", help="cProfile the main process, decoders and writers into this folder")
+    parser.add_argument("--capture-only", metavar="DIR",
+                        help="no writes into transfer_data: the writers count the rows, totals into DIR/sink-PID.json")
     parser.add_argument("--dc-tls-ca", help="connect to the DC over TLS, verifying its certificate and name with this CA")
     parser.add_argument("--no-preflight", action="store_true")
     parser.add_argument("--log-level", default="INFO")
@@ -97,6 +137,12 @@ def main() -> int:
         gate.capture.decoder._decoder_main = gate_runner._profiled_decoder_main  # type: ignore[assignment]
         gate.capture.snapshot.reader_main = gate_runner._profiled_reader_main  # type: ignore[assignment]
 
+    if args.capture_only:
+        import gate_runner  # the sink, found by the children under this module's name
+
+        Path(args.capture_only).mkdir(parents=True, exist_ok=True)
+        os.environ[_SINK_ENV] = str(Path(args.capture_only).resolve())
+        gate.capture.writer._writer_main = gate_runner._sink_writer_main  # type: ignore[assignment]
     tls = TlsSettings("verify-identity", args.dc_tls_ca) if args.dc_tls_ca else TlsSettings("disabled")
     dc = ServerConfig(args.dc_host, args.dc_port, "root", Secret(""), tls)
     pipeline = Pipeline(dc, args.channel, preflight=not args.no_preflight)

@@ -99,35 +99,50 @@ def _steady(value: float | None) -> str:
     return "" if value is None else f" ({value:.1f})"
 
 
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any]) -> str:
+    return "-" if a is None or not b.get("rows_per_s") else f"{a['rows_per_s'] / b['rows_per_s']:.2f}"
+
+
+def _ahead(gate: dict[str, Any] | None, peer: dict[str, Any]) -> str:
+    return "-" if gate is None else mark(gate["complete"] and gate["rows_per_s"] > peer["rows_per_s"])
+
+
 def peers_report(results: dict[str, Any]) -> str:
-    """gate beside the peers on each workload's range: rows/s, CPU per row, peak RSS; gate ahead of each?"""
-    head = ["workload", "system", "rows", "rows/s", "gate / it", "steady rows/s", "CPU µs/row (steady)",
-            "peak RSS MB", "gate ahead"]
+    """gate, capture alone and with its DC writes, beside the peers on each workload's range: rows/s, CPU per
+    row, peak RSS; each gate figure as a multiple of each system's, and whether it is ahead of each peer."""
+    head = ["workload", "system", "rows", "rows/s", "steady rows/s", "CPU µs/row (steady)", "peak RSS MB",
+            "capture / it", "+ DC / it", "ahead: capture, + DC"]
     rows: list[list[str]] = []
     for key in ("a", "b", "c"):
         r = results["workloads"].get(key)
-        if r is None or not r.get("peers"):
+        if r is None or not (r.get("peers") or r.get("gate_capture")):
             continue
-        g, base = r["gate"], r["baseline"]
-        rows.append([r["workload"], "bare reader (decodes only)", f"{base['rows']:,}", f"{base['rows_per_s']:,.0f}",
-                     f"{g['rows_per_s'] / base['rows_per_s']:.2f}", "-", f"{base['cpu_us_per_row']:.1f}", "-", ""])
-        gate_cpu = f"{g['cpu_us_per_row_gate']:.1f}" + _steady(g["steady_cpu_us_per_row_gate"])
-        rows.append(["", "gate (captures + writes the DC)", f"{g['rows']:,}", f"{g['rows_per_s']:,.0f}", "1.00",
-                     f"{g['steady_rows_per_s']:,.0f}" if g["steady_rows_per_s"] else "-",
-                     f"{gate_cpu} +{g['cpu_us_per_row'].get('mariadbd_dc', 0):.1f} DC server",
-                     f"{g['peak_rss_mb']:.0f}", ""])
-        for peer in r["peers"].values():
-            label = f"{peer['peer']} (captures, counts)"
+        g, base, cap = r["gate"], r["baseline"], r.get("gate_capture")
+        rows.append([r["workload"], "bare reader (decodes only)", f"{base['rows']:,}", f"{base['rows_per_s']:,.0f}", "-",
+                     f"{base['cpu_us_per_row']:.1f}", "-", _ratio(cap, base), _ratio(g, base), ""])
+        for run, label in ((cap, "gate, capture only (renders the JSON, counts)"),
+                           (g, "gate (captures + writes the DC)")):
+            if run is None:
+                continue
+            cpu = f"{run['cpu_us_per_row_gate']:.1f}" + _steady(run["steady_cpu_us_per_row_gate"])
+            dc = run["cpu_us_per_row"].get("mariadbd_dc", 0)
+            rows.append(["", label, f"{run['rows']:,}", f"{run['rows_per_s']:,.0f}",
+                         f"{run['steady_rows_per_s']:,.0f}" if run["steady_rows_per_s"] else "-",
+                         f"{cpu} +{dc:.1f} DC server", f"{run['peak_rss_mb']:.0f}", _ratio(cap, run), _ratio(g, run), ""])
+        for peer in (r.get("peers") or {}).values():
+            label = f"{peer.get('version', peer['peer'])} (captures, counts)"
             if not peer["complete"]:
-                rows.append(["", label, f"{peer['rows']:,} of {peer['expected_rows']:,}", "did not complete", "-", "-",
-                             "-", f"{peer['peak_rss_mb']:.0f}", "PASS (it failed)"])
+                rows.append(["", label, f"{peer['rows']:,} of {peer['expected_rows']:,}", "did not complete", "-",
+                             "-", f"{peer['peak_rss_mb']:.0f}", "-", "-", "PASS (it failed)"])
                 continue
             rows.append(["", label, f"{peer['rows']:,}", f"{peer['rows_per_s']:,.0f}",
-                         f"{g['rows_per_s'] / peer['rows_per_s']:.2f}", f"{peer['steady_rows_per_s'] or 0:,.0f}",
+                         f"{peer['steady_rows_per_s'] or 0:,.0f}",
                          f"{peer['cpu_us_per_row']:.1f}" + _steady(peer["steady_cpu_us_per_row"]),
-                         f"{peer['peak_rss_mb']:.0f}",
-                         mark(g["rows_per_s"] > peer["rows_per_s"])])
-    return "\n".join(["Peers on the same binlog ranges, same machine, same run. gate captures AND writes every row into the "
+                         f"{peer['peak_rss_mb']:.0f}", _ratio(cap, peer), _ratio(g, peer),
+                         f"{_ahead(cap, peer)}, {_ahead(g, peer)}"])
+    return "\n".join(["gate and its peers on the same binlog ranges, same machine, same run. gate twice: capture only "
+                      "(every row decoded and rendered to the JSON text of transfer_data.data, handed to writer "
+                      "processes that count it; the checkpoint still goes to the DC) and capture + its writes into the "
                       "DC; the peers only capture and count (no output written). rows/s from each engine's start "
                       "(gate: Pipeline.run(); Debezium: engine.run(); Maxwell: its main) to the last row; CPU: the "
                       "system's own processes (the JVM for a peer)."] + _table(head, rows))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "results"
-COLOURS = ("#9e9e9e", "#3f51b5", "#ff9800", "#4caf50")
+COLOURS = ("#9e9e9e", "#3f51b5", "#ff9800", "#4caf50", "#e91e63")
 _BAR, _GAP, _LABEL, _WIDTH = 18, 14, 210, 720
 
 
@@ -27,17 +27,19 @@ def _number(value: float) -> str:
 
 
 def bars(title: str, unit: str, groups: list[str], series: dict[str, list[float | None]]) -> str:
-    """Grouped horizontal bars: ``series`` maps a legend entry to one value per group (None: no figure)."""
-    top = 56
+    """Grouped horizontal bars: ``series`` maps a legend entry to one value per group (None: no figure). The
+    legend has up to 4 entries a line, fewer when its longest entry needs the room."""
+    per_line = max(1, min(4, 700 // (30 + 7 * max((len(name) for name in series), default=0))))
+    top = 56 + 18 * ((len(series) - 1) // per_line)
     height = top + len(groups) * (len(series) * _BAR + _GAP) + 10
-    scale = (_WIDTH - _LABEL - 130) / max(v for values in series.values() for v in values if v is not None)
+    scale = (_WIDTH - _LABEL - 130) / max((v for values in series.values() for v in values if v is not None), default=1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
            f'font-family="sans-serif" font-size="12">',
            f'<text x="0" y="16" font-size="14" font-weight="bold">{escape(title)}</text>']
     for i, name in enumerate(series):
-        x = i * 175
-        out.append(f'<rect x="{x}" y="28" width="12" height="12" fill="{COLOURS[i]}"/>'
-                   f'<text x="{x + 16}" y="38">{escape(name)}</text>')
+        x, y = (i % per_line) * (700 // per_line), 28 + 18 * (i // per_line)
+        out.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{COLOURS[i]}"/>'
+                   f'<text x="{x + 16}" y="{y + 10}">{escape(name)}</text>')
     y = top
     for g, group in enumerate(groups):
         out.append(f'<text x="0" y="{y + len(series) * _BAR / 2 + 4}">{escape(group)}</text>')
@@ -87,17 +89,20 @@ def ratio_history() -> str:
 
 
 def systems_chart(results: dict[str, Any]) -> str:
-    """Rows/s per system and workload from a benchmark.py JSON with peers: the bare reader, gate (which
-    also writes the DC) and each peer (capture only); a peer that did not complete has no bar."""
-    runs = [w for w in results["workloads"].values() if w.get("peers")]
-    names = sorted({name for w in runs for name in w["peers"]})
-    series: dict[str, list[float | None]] = {
-        "bare reader": [w["baseline"]["rows_per_s"] for w in runs],
-        "gate (+ DC writes)": [w["gate"]["rows_per_s"] for w in runs]}
+    """Rows/s per system and workload from a benchmark.py JSON: the bare reader, gate capture only (when
+    measured), gate with its DC writes and each peer (capture only, with its version); a run that did not
+    complete has no bar. Without peers (``--peers none``) the chart has gate's bars alone."""
+    runs = [w for w in results["workloads"].values() if w.get("gate")]
+    names = sorted({name for w in runs for name in w.get("peers") or {}})
+    series: dict[str, list[float | None]] = {"bare reader": [w["baseline"]["rows_per_s"] for w in runs]}
+    if any(w.get("gate_capture") for w in runs):
+        series["gate, capture only"] = [w["gate_capture"]["rows_per_s"] if (w.get("gate_capture") or {}).get("complete")
+                                        else None for w in runs]
+    series["gate (+ DC writes)"] = [w["gate"]["rows_per_s"] for w in runs]
     for name in names:
-        series[f"{name.capitalize()} (capture only)"] = [
-            w["peers"][name]["rows_per_s"] if name in w["peers"] and w["peers"][name]["complete"] else None
-            for w in runs]
+        peers = [(w.get("peers") or {}).get(name) for w in runs]
+        version = next((p["version"].split(",")[0] for p in peers if p and p.get("version")), name.capitalize())
+        series[f"{version} (capture only)"] = [p["rows_per_s"] if p and p["complete"] else None for p in peers]
     return bars("Rows per second on the same binlog range, same machine, same run", "rows/s",
                 [w["workload"] for w in runs], series)
 
