@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import date, datetime, tzinfo
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -40,7 +40,7 @@ from gate.capture.values import (
     column_renderer,
     render_float32,
     render_float64,
-    render_timedelta,
+    render_microseconds,
 )
 from gate.common.columns import Transform
 
@@ -228,8 +228,7 @@ def _datetime_lines(src: _Source, fsp: int) -> list[str]:
 def _time_lines(src: _Source, fsp: int) -> list[str]:
     """TIME2 as MariaDB packs it (my_time_packed_from_binary): a 24-bit offset integer part and the
     fraction, a negative value with a fraction borrowing one second."""
-    delta = src.const(timedelta)
-    render = src.const(render_timedelta)
+    render = src.const(render_microseconds)
     size = _FSP_BYTES[fsp]
     lines = ["i = int.from_bytes(data[p:p + 3], 'big') - 8388608"]
     if size == 3:
@@ -242,7 +241,7 @@ def _time_lines(src: _Source, fsp: int) -> list[str]:
         lines += ["p += 3", "x = i << 24"]
     return [*lines, "a = -x if x < 0 else x", "h = a >> 24",
             "us = (((h >> 12 & 1023) * 60 + (h >> 6 & 63)) * 60 + (h & 63)) * 1000000 + (a & 16777215)",
-            f"t = {render}({delta}(microseconds=-us if x < 0 else us), {fsp})"]
+            f"t = {render}(-us if x < 0 else us, {fsp})"]
 
 
 def _string_lines(src: _Source, column: Column) -> list[str]:

@@ -98,14 +98,18 @@ def render_float64(x: float) -> str:
 
 
 def render_float32(x: float) -> str:
-    """FLOAT (given as the double the library unpacked) as MariaDB shows it: at most 6 significant digits."""
+    """FLOAT (given as the double the library unpacked) as MariaDB shows it: at most 6 significant digits.
+
+    The value rounded to 6 digits in one format call: when its shortest round-trip digits are 6 or fewer,
+    they are that rounding without its trailing zeros (the double lies within half an ulp of them, far
+    inside the 6-digit grid's half step), so they need not be looked for first (3 times the time)."""
     if x == 0:
         return "0"
-    digits, decpt = _shortest_digits(x)
-    if len(digits) > _FLT_DIG:
-        mantissa, _, exponent = f"{abs(x):.{_FLT_DIG - 1}e}".partition("e")
-        digits, decpt = mantissa.replace(".", "").rstrip("0"), int(exponent) + 1
-    return _gcvt(digits, decpt, x < 0)
+    mantissa, _, exponent = f"{abs(x):.{_FLT_DIG - 1}e}".partition("e")
+    if not exponent:  # inf, nan: as the shortest digits give them
+        digits, decpt = _shortest_digits(x)
+        return _gcvt(digits, decpt, x < 0)
+    return _gcvt(mantissa.replace(".", "").rstrip("0"), int(exponent) + 1, x < 0)
 
 
 def render_decimal(d: Decimal) -> str:
@@ -138,7 +142,12 @@ def zero_datetime(fsp: int) -> str:
 
 def render_timedelta(td: timedelta, fsp: int) -> str:
     """TIME as ``[-]HH:MM:SS`` plus exactly ``fsp`` fractional digits; hours go up to 838."""
-    us = td // _ONE_US
+    return render_microseconds(td // _ONE_US, fsp)
+
+
+def render_microseconds(us: int, fsp: int) -> str:
+    """A TIME of ``us`` microseconds as :func:`render_timedelta` lays it out (the compiled decoders read
+    the microseconds from the row's bytes: no timedelta made to be taken apart again)."""
     sign = "-" if us < 0 else ""
     seconds, fraction = divmod(abs(us), 1_000_000)
     minutes, seconds = divmod(seconds, 60)

@@ -139,14 +139,21 @@ def q(name: str) -> str:
 
 def round_trips(statements: list[str], max_packet: int) -> list[str]:
     """The statements joined with ';' into as few multi-statement queries as fit a packet of ``max_packet``
-    bytes (counting 4 bytes a character, the most utf8mb4 takes; a longer statement goes alone)."""
+    bytes (counting 4 bytes a character, the most utf8mb4 takes; a longer statement goes alone). Each query
+    is joined once: adding statements to a growing string copied it again for each (a writer's chunk of
+    wide rows is several INSERTs of MAX_STATEMENT characters)."""
     budget = (max_packet - 1) // 4
     queries: list[str] = []
+    group: list[str] = []
+    size = 0
     for statement in statements:
-        if queries and len(queries[-1]) + 1 + len(statement) <= budget:
-            queries[-1] += ";" + statement
-        else:
-            queries.append(statement)
+        if group and size + 1 + len(statement) > budget:
+            queries.append(";".join(group))
+            group = []
+        size = size + 1 + len(statement) if group else len(statement)
+        group.append(statement)
+    if group:
+        queries.append(";".join(group))
     return queries
 
 
