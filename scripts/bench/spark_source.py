@@ -17,6 +17,8 @@ of them; the median run of each is kept):
 - ``gate_stream_all``: the same without maxRowsPerTrigger (the source's default): the backlog in one
   micro-batch, so Spark's own cost per micro-batch is paid once;
 - ``gate_python_batch``, ``gate_python_stream``: the same with format("gate_python"), the Python source;
+- ``gate_typed_batch``, ``gate_typed_stream``: format("gate") with option table (the history's one table, typed
+  columns: every row but its CREATETABLE), as a batch and as a stream in one micro-batch with a consumer;
 
 and, once each, unless ``--readers-only``:
 
@@ -222,7 +224,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream", "gate_stream_all",
-           "gate_python_batch", "gate_python_stream")
+           "gate_typed_batch", "gate_typed_stream", "gate_python_batch", "gate_python_stream")
 
 
 def table(figures: dict[str, Any]) -> str:
@@ -322,9 +324,9 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
 
     micro_batches: dict[tuple[str, bool], int] = {}  # of each stream's last run, those that read rows
 
-    def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True) -> None:
+    def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True, **more: str) -> None:
         trigger = {"maxRowsPerTrigger": str(args.max_rows)} if limit else {}
-        writer = (spark.readStream.format(reader).options(**options, **trigger).load()
+        writer = (spark.readStream.format(reader).options(**options, **trigger, **more).load()
                   .writeStream.option("checkpointLocation", str(tmp / f"{name}.checkpoint")))
         writer = (writer.format("parquet").option("path", str(tmp / name)) if parquet else
                   writer.format("noop"))  # the streaming noop sink: foreachBatch would copy every row once more
@@ -333,8 +335,8 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
         micro_batches[reader, limit] = sum(1 for p in query.recentProgress if p["numInputRows"])
 
     warm = min(200_000, end)  # warm-ups: the JIT compiles each reader's code first (endingId above the checkpoint
-    for reader in ("gate", "gate_python"):                                                  # is refused)
-        discard(spark.read.format(reader).options(**options, endingId=str(warm)).load())
+    for reader, typed in (("gate", {}), ("gate", {"table": "bench.t"}), ("gate_python", {})):   # is refused)
+        discard(spark.read.format(reader).options(**options, **typed, endingId=str(warm)).load())
     discard(_plain_scan(spark, source, warm, args.partitions))
     streams = iter(range(1_000_000))
     readers: dict[str, Callable[[], Any]] = {
@@ -343,6 +345,10 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
         "gate_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end)).load()),
         "gate_stream": lambda: stream(f"stream_noop{next(streams)}", False),
         "gate_stream_all": lambda: stream(f"stream_noop{next(streams)}", False, limit=False),
+        "gate_typed_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end),
+                                                                              table="bench.t").load()),
+        "gate_typed_stream": lambda: stream(f"stream_noop{(n := next(streams))}", False, limit=False, table="bench.t",
+                                            consumer=f"typed{n}"),
         "gate_python_batch": lambda: discard(spark.read.format("gate_python").options(**options, endingId=str(end))
                                              .load()),
         "gate_python_stream": lambda: stream(f"stream_noop{next(streams)}", False, "gate_python"),
