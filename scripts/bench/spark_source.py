@@ -43,7 +43,8 @@ machine's cores), the peak RSS of one Python worker, the JVM old generation's gr
 each read), the load average and the machine's CPU use during each measurement, then the readers side by
 side as ratios against the plain scan of the same run (other work on the machine skews wall times; ratios
 less so).
-``--skip-python`` leaves the two Python readers out (they take 10 times longer).
+``--skip-python`` leaves the two Python readers out (they take 10 times longer); ``--only a,b`` times those
+readers alone beside the scan (for profiling one of them).
 """
 
 from __future__ import annotations
@@ -292,6 +293,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each reader (the median is kept)")
     parser.add_argument("--readers-only", action="store_true", help="measure the readers only, skip the Parquet jobs")
     parser.add_argument("--skip-python", action="store_true", help="leave out the Python format(\"gate_python\")")
+    parser.add_argument("--only", help="these readers only (comma-separated names; plain_jdbc_scan is always read)")
     parser.add_argument("--dc-buffer-pool", default="1G",
                         help="the DC server's InnoDB buffer pool size [1G]; '' keeps the sandbox's 256M")
     parser.add_argument("--json", help="write the figures to this file too")
@@ -355,13 +357,17 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     }
     if args.skip_python:
         del readers["gate_python_batch"], readers["gate_python_stream"]
+    if args.only:
+        wanted = {"plain_jdbc_scan", *args.only.split(",")}
+        readers = {name: read for name, read in readers.items() if name in wanted}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in readers}
     for _ in range(args.repeat):  # in rounds, so that a change in the machine's load falls on every reader
         for name, read in readers.items():
             runs[name].append(measure(name, end, read, tree, dc_cpu, old_gen))
     figures.update({name: median_run(r) for name, r in runs.items()})
-    figures["spark_job_floor"] = spark_job_floor(spark, figures["gate_stream"]["seconds"],
-                                                 micro_batches["gate", True])
+    if "gate_stream" in figures:
+        figures["spark_job_floor"] = spark_job_floor(spark, figures["gate_stream"]["seconds"],
+                                                     micro_batches["gate", True])
     scan = figures["plain_jdbc_scan"]
     if not args.readers_only:
         figures["jdbc_incremental_load"] = measure(
@@ -373,9 +379,10 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     figures["ratios_to_plain_jdbc_scan"] = {n: {"rows_per_s": round(figures[n]["rows_per_s"] / scan["rows_per_s"], 2),
                                                 "cpu_per_row": round(figures[n]["cpu_us_per_row"] /
                                                                      scan["cpu_us_per_row"], 2)} for n in measured}
-    figures["gate_vs_jdbc_incremental_read"] = {n: round(figures[n]["rows_per_s"] /
-                                                         figures["jdbc_incremental_read"]["rows_per_s"], 2)
-                                                for n in READERS[2:] if n in figures}
+    if "jdbc_incremental_read" in figures:
+        figures["gate_vs_jdbc_incremental_read"] = {n: round(figures[n]["rows_per_s"] /
+                                                             figures["jdbc_incremental_read"]["rows_per_s"], 2)
+                                                    for n in READERS[2:] if n in figures}
     figures["peak_driver_tree_rss_mb"] = round(tree.peak / 2**20)
     spark.stop()
 

@@ -169,7 +169,8 @@ final class TypedReader implements PartitionReader<InternalRow> {
             for (int image = Images.NEW; image <= Images.OLD; image++) {
                 Image into = image == Images.NEW ? added : removed;
                 int[] slices = images.cells[image];
-                for (int c = 0; c < images.count[image]; c++) {
+                int count = images.present[image] ? images.count[image] : 0; // count is of the last image present
+                for (int c = 0; c < count; c++) {
                     int key = slices[c * 4];
                     int keyLength = slices[c * 4 + 1];
                     int valueLength = slices[c * 4 + 3];
