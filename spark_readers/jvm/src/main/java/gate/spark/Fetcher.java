@@ -25,8 +25,7 @@ final class Fetcher implements Runnable {
     static final int BLOCK = 1_000;
     static final int QUEUED = FETCH / BLOCK;
     private static final String QUERY = "SELECT id, tid, dbname, tablename, UNIX_TIMESTAMP(create_time), "
-        + "instance_name, optype, data FROM transfer_data WHERE id > ? AND id <= ?";
-    private static final String ORDER = " ORDER BY id";
+        + "instance_name, optype, data FROM transfer_data%s WHERE id > ? AND id <= ?%s ORDER BY id";
     private static final String TABLE = " AND dbname = ? AND tablename = ?";
 
     /** Up to {@link #BLOCK} rows' columns as the query gives them; {@code failure} ends the range with an error,
@@ -48,24 +47,27 @@ final class Fetcher implements Runnable {
     private final long lo;
     private final long hi;
     private final String[] table; // a typed read's db and table name; null: every row
+    private final boolean byKey; // a typed read by a scan of the primary key (else by the index on the names)
     private final BlockingQueue<Block> queue = new ArrayBlockingQueue<>(QUEUED);
     private final Thread thread;
     private volatile Connection conn;
 
     Fetcher(Login login, long lo, long hi) {
-        this(login, lo, hi, null);
+        this(login, lo, hi, null, false);
     }
 
-    /** The rows of table {@code db.name} only. */
-    Fetcher(Login login, long lo, long hi, String db, String name) {
-        this(login, lo, hi, new String[] {db, name});
+    /** The rows of table {@code db.name} only, found by the primary key ({@code byKey}) or the DC's index on the
+     * names. */
+    Fetcher(Login login, long lo, long hi, String db, String name, boolean byKey) {
+        this(login, lo, hi, new String[] {db, name}, byKey);
     }
 
-    private Fetcher(Login login, long lo, long hi, String[] table) {
+    private Fetcher(Login login, long lo, long hi, String[] table, boolean byKey) {
         this.login = login;
         this.lo = lo;
         this.hi = hi;
         this.table = table;
+        this.byKey = byKey;
         this.thread = new Thread(this, "gate-fetch-" + login.channel + "-" + lo + "-" + hi);
         thread.setDaemon(true);
         thread.start();
@@ -108,7 +110,8 @@ final class Fetcher implements Runnable {
     }
 
     private void read() throws SQLException, InterruptedException {
-        try (PreparedStatement statement = conn.prepareStatement(QUERY + (table == null ? "" : TABLE) + ORDER,
+        try (PreparedStatement statement = conn.prepareStatement(String.format(QUERY,
+                byKey ? " FORCE INDEX (PRIMARY)" : "", table == null ? "" : TABLE),
                 ResultSet.TYPE_FORWARD_ONLY, ResultSet.CONCUR_READ_ONLY)) {
             statement.setFetchSize(FETCH); // Connector/J streams the result instead of holding all of it
             statement.setLong(1, lo);

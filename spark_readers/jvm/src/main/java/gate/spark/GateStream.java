@@ -27,6 +27,7 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
     private final Settings settings;
     private final TypedTable typed; // null: every row, untyped
     private Long target; // Trigger.AvailableNow: the checkpoint when the query started
+    private long[] planned; // a typed stream: the last micro-batch latestOffset planned, start, end, 1 if by key
 
     GateStream(Settings settings, TypedTable typed) {
         this.settings = settings;
@@ -128,12 +129,15 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
             long ceiling = target == null ? checkpoint : Math.min(checkpoint, Math.max(target, after));
             long want = limit instanceof ReadMaxRows ? after + ((ReadMaxRows) limit).maxRows() : ceiling;
             long end = dc.transactionEnd(after, want, ceiling);
-            TableSchema.Change change = typed == null || end <= after ? null : typed.change(settings.login, after, end);
-            if (change == null) {
+            if (typed == null || end <= after) {
                 return new IdOffset(end);
             }
-            if (change.id() - 1 > after) {
-                return new IdOffset(change.id() - 1); // a statement is a transaction of its own: its predecessor ends one
+            boolean byKey = typed.byKey(dc, after, end);
+            TableSchema.Change change = typed.change(dc, after, end, byKey);
+            if (change == null || change.id() - 1 > after) {
+                end = change == null ? end : change.id() - 1; // a statement is a transaction of its own
+                planned = new long[] {after, end, byKey ? 1 : 0};
+                return new IdOffset(end);
             }
             dc.register(settings.consumer, after);
             throw new Errors.TableSchemaChanged("The typed stream of " + typed.table() + " stops at "
@@ -145,7 +149,17 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
-        return IdRange.split(id(start), id(end), settings.partitions);
+        long lo = id(start);
+        long hi = id(end);
+        if (typed == null || lo >= hi) {
+            return IdRange.split(lo, hi, settings.partitions);
+        }
+        if (planned == null || planned[0] != lo || planned[1] != hi) { // a micro-batch of the offset log, after a restart
+            try (Channel dc = new Channel(settings.login)) {
+                planned = new long[] {lo, hi, typed.byKey(dc, lo, hi) ? 1 : 0};
+            }
+        }
+        return IdRange.split(lo, hi, settings.partitions, planned[2] == 1);
     }
 
     @Override

@@ -80,26 +80,26 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
 
     @Override
     public InputPartition[] planInputPartitions() {
-        long start;
-        long checkpoint;
         try (Channel dc = new Channel(settings.login)) {
-            start = dc.start(settings.startingId);
-            checkpoint = dc.checkpoint();
-        }
-        long end = settings.endingId == null ? checkpoint : settings.endingId;
-        if (end > checkpoint) {
-            throw new Errors.InvalidValue("endingId=" + end + " is above the checkpoint of channel '"
-                + settings.login.channel + "', " + checkpoint + ": rows above it may be incomplete.");
-        }
-        if (typed != null && start < end) {
-            TableSchema.Change change = typed.change(settings.login, start, end);
+            long start = dc.start(settings.startingId);
+            long checkpoint = dc.checkpoint();
+            long end = settings.endingId == null ? checkpoint : settings.endingId;
+            if (end > checkpoint) {
+                throw new Errors.InvalidValue("endingId=" + end + " is above the checkpoint of channel '"
+                    + settings.login.channel + "', " + checkpoint + ": rows above it may be incomplete.");
+            }
+            if (typed == null || start >= end) {
+                return IdRange.split(start, end, settings.partitions);
+            }
+            boolean byKey = typed.byKey(dc, start, end);
+            TableSchema.Change change = typed.change(dc, start, end, byKey);
             if (change != null) {
                 throw new Errors.TableSchemaChanged("The rows to read change the columns of " + typed.table() + " at "
                     + typed.describe(change) + ". Read up to it (endingId=" + (change.id() - 1) + "), then from it "
                     + "(startingId=" + change.id() + ") with its new schema.");
             }
+            return IdRange.split(start, end, settings.partitions, byKey);
         }
-        return IdRange.split(start, end, settings.partitions);
     }
 
     @Override

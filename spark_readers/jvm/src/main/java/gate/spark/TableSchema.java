@@ -186,13 +186,14 @@ final class TableSchema {
     }
 
     /** The first statement among rows {@code lo < id <= hi} after which {@code db.table} no longer has
-     * {@code columns}; null if none. */
-    static Change firstChange(Connection conn, String db, String table, List<Column> columns, long lo, long hi)
-            throws SQLException {
+     * {@code columns}; null if none. {@code byKey}: found by a scan of the primary key, not the index on the names. */
+    static Change firstChange(Connection conn, String db, String table, List<Column> columns, long lo, long hi,
+                              boolean byKey) throws SQLException {
         Change[] found = new Change[1];
         List<List<Column>> current = new ArrayList<>();
         current.add(columns);
-        query(conn, "SELECT id, optype, data FROM transfer_data WHERE dbname = ? AND tablename = ? AND id > ? AND "
+        query(conn, "SELECT id, optype, data FROM transfer_data" + (byKey ? " FORCE INDEX (PRIMARY)" : "")
+            + " WHERE dbname = ? AND tablename = ? AND id > ? AND "
             + "id <= ? AND optype IN ('CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'DROPTABLE') ORDER BY id", rs -> {
                 String optype = rs.getString(2);
                 JsonNode ddl = json(rs.getString(3));

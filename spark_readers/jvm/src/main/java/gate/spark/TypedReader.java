@@ -45,12 +45,15 @@ final class TypedReader implements PartitionReader<InternalRow> {
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
             IdRange range = (IdRange) partition;
-            return new TypedReader(login, table, range.lo, range.hi);
+            return new TypedReader(login, table, range.lo, range.hi, range.byKey);
         }
     }
 
-    private static final Map<String, String> OPS = Map.of("INSERT", "c", "UPDATE", "u", "DELETE", "d", "SNAPSHOT", "r",
-        "TRUNCATE", "t", "DROPTABLE", "t", "RENAME", "t", "SNAPSHOTSTART", "t");
+    private static final String[] OPTYPES = {"INSERT", "UPDATE", "DELETE", "SNAPSHOT", "TRUNCATE", "DROPTABLE", "RENAME",
+        "SNAPSHOTSTART"};
+    private static final byte[][] OPTYPE_BYTES = Arrays.stream(OPTYPES).map(o -> o.getBytes(StandardCharsets.UTF_8))
+        .toArray(byte[][]::new);
+    private static final String[] OPS = {"c", "u", "d", "r", "t", "t", "t", "t"}; // _op of each of OPTYPES
     private static final Map<String, UTF8String> OP_TEXT = Map.of("c", UTF8String.fromString("c"), "u",
         UTF8String.fromString("u"), "d", UTF8String.fromString("d"), "r", UTF8String.fromString("r"), "t",
         UTF8String.fromString("t"));
@@ -59,20 +62,34 @@ final class TypedReader implements PartitionReader<InternalRow> {
         .streamReadConstraints(StreamReadConstraints.builder().maxStringLength(Integer.MAX_VALUE).build())
         .build();
 
-    /** One row image: its column names and texts (null: NULL), in payload order. */
+    /** One row image: its column names and values in payload order, each value a slice of the payload's bytes
+     * (length -1: NULL) or, parsed by Jackson, a text (null: NULL). */
     private static final class Image {
         final List<String> names = new ArrayList<>();
         final List<String> texts = new ArrayList<>();
+        byte[] bytes; // the payload whose slices the values are; null: the values are texts
+        int[] slices = new int[64]; // four ints per value, as Images has them: the value's start and length at 2, 3
 
         void clear() {
             names.clear();
             texts.clear();
+            bytes = null;
+        }
+
+        /** Value {@code i}'s text (null: NULL). */
+        String text(int i) {
+            if (bytes == null) {
+                return texts.get(i);
+            }
+            int length = slices[i * 4 + 3];
+            return length < 0 ? null : new String(bytes, slices[i * 4 + 2], length, StandardCharsets.UTF_8);
         }
     }
 
     private final TypedTable table;
     private final Fetcher fetcher;
     private final Types.Converter[] converters;
+    private final boolean[] text; // columns of text as it is: their bytes go into the row as they are
     private final String[] names;
     private final byte[][] nameBytes;
     private final String[] folded;
@@ -84,17 +101,19 @@ final class TypedReader implements PartitionReader<InternalRow> {
     private int next;
     private InternalRow row;
 
-    TypedReader(Login login, TypedTable table, long lo, long hi) {
+    TypedReader(Login login, TypedTable table, long lo, long hi, boolean byKey) {
         this.table = table;
-        this.fetcher = lo < hi ? new Fetcher(login, lo, hi, table.db, table.name) : null;
+        this.fetcher = lo < hi ? new Fetcher(login, lo, hi, table.db, table.name, byKey) : null;
         Types.ColumnType[] types = table.types();
         this.width = types.length;
         this.converters = new Types.Converter[width];
+        this.text = new boolean[width];
         this.names = new String[width];
         this.nameBytes = new byte[width][];
         this.folded = new String[width];
         for (int i = 0; i < width; i++) {
             converters[i] = types[i].convert;
+            text[i] = types[i].convert == Types.TEXT;
             names[i] = table.columns.get(i).name();
             nameBytes[i] = names[i].getBytes(StandardCharsets.UTF_8);
             folded[i] = TableSchema.fold(names[i]);
@@ -118,11 +137,11 @@ final class TypedReader implements PartitionReader<InternalRow> {
                 }
             }
             int i = next++;
-            String optype = new String(block.optype[i], StandardCharsets.UTF_8);
-            String op = OPS.get(optype);
-            if (op != null) {
-                row = row(block.id[i], block.tid[i], block.seconds[i], optype, op, block.data[i]);
-                return true;
+            for (int o = 0; o < OPTYPES.length; o++) {
+                if (Arrays.equals(OPTYPE_BYTES[o], block.optype[i])) {
+                    row = row(block.id[i], block.tid[i], block.seconds[i], OPTYPES[o], OPS[o], block.data[i]);
+                    return true;
+                }
             }
         }
     }
@@ -173,12 +192,14 @@ final class TypedReader implements PartitionReader<InternalRow> {
                 for (int c = 0; c < count; c++) {
                     int key = slices[c * 4];
                     int keyLength = slices[c * 4 + 1];
-                    int valueLength = slices[c * 4 + 3];
                     into.names.add(c < width && Arrays.equals(d, key, key + keyLength, nameBytes[c], 0,
                         nameBytes[c].length) ? names[c] : new String(d, key, keyLength, StandardCharsets.UTF_8));
-                    into.texts.add(valueLength < 0 ? null
-                        : new String(d, slices[c * 4 + 2], valueLength, StandardCharsets.UTF_8));
                 }
+                into.bytes = d;
+                if (into.slices.length < count * 4) {
+                    into.slices = new int[count * 4];
+                }
+                System.arraycopy(slices, 0, into.slices, 0, count * 4); // Images reuses its arrays for the next payload
             }
             return;
         }
@@ -235,12 +256,17 @@ final class TypedReader implements PartitionReader<InternalRow> {
                 + "schema again from the channel.");
         }
         for (int i = 0; i < width; i++) {
-            String text = image.texts.get(i);
-            if (text != null) {
+            if (text[i] && image.bytes != null) { // no string decoded and encoded again
+                int length = image.slices[i * 4 + 3];
+                values[i] = length < 0 ? null : UTF8String.fromBytes(image.bytes, image.slices[i * 4 + 2], length);
+                continue;
+            }
+            String value = image.text(i);
+            if (value != null) {
                 try {
-                    values[i] = converters[i].convert(text);
+                    values[i] = converters[i].convert(value);
                 } catch (Types.Unrepresentable e) {
-                    invalid.put(prefix + names[i], text);
+                    invalid.put(prefix + names[i], value);
                 }
             }
         }

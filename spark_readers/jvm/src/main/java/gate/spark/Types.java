@@ -51,6 +51,9 @@ final class Types {
         Object convert(String text) throws Unrepresentable;
     }
 
+    /** Text as it is (a reader may take its UTF-8 bytes straight instead). */
+    static final Converter TEXT = UTF8String::fromString;
+
     /** A column's Spark type, its converter, and for integers the range the source type holds. */
     static final class ColumnType implements Serializable {
         private static final long serialVersionUID = 1L;
@@ -128,7 +131,7 @@ final class Types {
             int precision = numbers.isEmpty() ? 10 : numbers.get(0);
             int scale = numbers.size() < 2 ? 0 : numbers.get(1);
             if (precision > MAX_PRECISION) {
-                return new ColumnType(DataTypes.StringType, UTF8String::fromString, "");
+                return new ColumnType(DataTypes.StringType, TEXT, "");
             }
             return new ColumnType(DataTypes.createDecimalType(precision, scale), decimal(precision, scale), "");
         }
@@ -166,7 +169,7 @@ final class Types {
         if (BINARIES.contains(name) || name.endsWith("blob")) {
             return new ColumnType(DataTypes.BinaryType, bytes(binaryFormat), "");
         }
-        return new ColumnType(DataTypes.StringType, UTF8String::fromString, ""); // text, ENUM, JSON, any other
+        return new ColumnType(DataTypes.StringType, TEXT, ""); // text, ENUM, JSON, any other
     }
 
     private static BigInteger parseInteger(String text) throws Unrepresentable {
