@@ -47,8 +47,8 @@ class GateDataSource(DataSource):
 
 
 class PythonGateSource(GateDataSource):
-    """This source under the name ``gate_python``: where the JVM ``format("gate")`` is on the classpath it
-    serves its typed reads (option table), and it reads untyped where a PEM client certificate is needed."""
+    """This source under the name ``gate_python``: where the JVM ``format("gate")`` is on the classpath (which
+    reads typed too, option table), it reads where a PEM client certificate is needed."""
 
     @classmethod
     def name(cls) -> str:

@@ -1,7 +1,7 @@
 """gate as a Spark data source in Python: ``format("gate_python")``, and ``format("gate")`` where the JVM
-source (spark_readers/jvm, the same reads in Java) is not on the classpath; typed reads (option table) of
-either name come to the readers of this module or spark_readers.typed (spark_readers.gate_format is the
-data source Spark sees, and registers them).
+source (spark_readers/jvm, the same reads in Java, typed ones included) is not on the classpath; its typed
+reads (option table) come to spark_readers.typed (spark_readers.gate_format is the data source Spark sees,
+and registers them).
 
 Offsets are transfer_data ids (``{"id": N}``: every row up to N has been read). A batch or a micro-batch
 reads ``(start, end]`` with ``end`` never above the channel's checkpoint and always the last row of a

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone, tzinfo
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from pyspark.sql.types import (
@@ -94,6 +94,9 @@ def _ranged(lo: int, hi: int) -> Converter:
     return convert
 
 
+_DIGITS = Context(prec=MAX_PRECISION + 1)  # the default context's 28 digits would refuse DECIMAL(29..38) values
+
+
 def _decimal(precision: int, scale: int) -> Converter:
     quantum = Decimal(1).scaleb(-scale)
     limit = Decimal(10) ** (precision - scale)
@@ -101,10 +104,10 @@ def _decimal(precision: int, scale: int) -> Converter:
     def convert(text: str) -> Decimal:
         try:
             value = Decimal(text)
-            exact = value.quantize(quantum)
+            exact = value.quantize(quantum, context=_DIGITS)
         except InvalidOperation:
             raise Unrepresentable(text) from None
-        if exact != value or abs(exact) >= limit:
+        if exact != value or exact.copy_abs() >= limit:
             raise Unrepresentable(text)
         return exact
     return convert

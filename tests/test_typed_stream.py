@@ -1,6 +1,7 @@
 """format("gate").option("table", ...): typed rows whose values equal the source's over the type matrix
-(inserts, snapshot reads, updates, deletes), and a streaming query stopped by an ALTER TABLE that a restart
-continues with the new schema, nothing lost or doubled. One SparkSession serves the module."""
+(inserts, snapshot reads, updates, deletes), read by the JVM source, and by the Python one (format("gate_python"))
+alike; and a streaming query stopped by an ALTER TABLE that a restart continues with the new schema, nothing
+lost or doubled, with either source. One SparkSession serves the module."""
 
 from __future__ import annotations
 
@@ -132,9 +133,13 @@ def test_typed_values_equal_the_sources_over_the_type_matrix(spark: SparkSession
         wait_caught_up(sandbox.source, sandbox.dc, unique_name)
 
     typed = spark.read.format("gate").options(**login(dc, unique_name, table=f"{db}.everything")).load()
+    assert f"/{unique_name}), table {db}.everything" in typed._jdf.queryExecution().executedPlan().toString()  # JVM
     assert typed.schema["biu"].dataType.simpleString() == "decimal(20,0)"
     assert typed.schema["ts6"].dataType.simpleString() == "timestamp"
     collected = [row.asDict(recursive=True) for row in typed.orderBy("_id").collect()]
+    python = spark.read.format("gate_python").options(**login(dc, unique_name, table=f"{db}.everything")).load()
+    assert python.schema == typed.schema
+    assert [row.asDict(recursive=True) for row in python.orderBy("_id").collect()] == collected
     ops = [row["_op"] for row in collected]
     count = len(inserted)
     assert ops == ["c"] * count + ["t"] + ["r"] * count + ["u", "d"]
@@ -166,14 +171,15 @@ ALTER = ("shop", "orders", "ALTERTABLE", {"ADDCOLUMN": [{"field_name": "note", "
                                           "SQL": "ALTER TABLE orders ADD note VARCHAR(20)"})
 
 
-def run_stream(spark: SparkSession, options: dict[str, str], checkpoint: Path) -> tuple[list[dict[str, Any]], str]:
-    """One typed streaming query until caught up (or stopped): its rows, and its error text."""
+def run_stream(spark: SparkSession, options: dict[str, str], checkpoint: Path,
+               source: str = "gate") -> tuple[list[dict[str, Any]], str]:
+    """One typed streaming query of ``source`` until caught up (or stopped): its rows, and its error text."""
     got: list[dict[str, Any]] = []
 
     def keep(batch: DataFrame, _: int) -> None:
         got.extend(row.asDict() for row in batch.collect())
 
-    query = (spark.readStream.format("gate").options(**options).load().writeStream.foreachBatch(keep)
+    query = (spark.readStream.format(source).options(**options).load().writeStream.foreachBatch(keep)
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     try:
         query.awaitTermination(120)
@@ -182,15 +188,16 @@ def run_stream(spark: SparkSession, options: dict[str, str], checkpoint: Path) -
         return got, str(exc)
 
 
+@pytest.mark.parametrize("source", ["gate", "gate_python"])
 def test_an_alter_stops_the_stream_and_a_restart_continues_with_the_new_schema(
-        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, tmp_path: Path, source: str) -> None:
     dc = make_channel(sandbox.dc, sandbox.source, unique_name)
     channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
     channel.write([[CREATE], [_insert(1), _insert(2)], [("shop", "other", "INSERT", {"NEW": [{"x": "1"}]})],
                    [_insert(3)], [ALTER], [_insert(4, True)], [_insert(5, True), ("shop", "other", "DELETE",
                                                                                     {"OLD": [{"x": "1"}]})]])
     options = login(dc, unique_name, table="shop.orders", consumer="orders_typed", maxRowsPerTrigger=2)
-    first, error = run_stream(spark, options, tmp_path / "checkpoint")
+    first, error = run_stream(spark, options, tmp_path / "checkpoint", source)
     assert "stops at ALTERTABLE row 6 on shop.orders: ALTER TABLE orders ADD note VARCHAR(20)" in error, error
     assert [(r["id"], r["amount"], r["_op"], r["_id"]) for r in first] == [
         (Decimal(1), Decimal("1.50"), "c", 2), (Decimal(2), Decimal("2.50"), "c", 3), (Decimal(3), Decimal("3.50"), "c", 5)]
@@ -198,12 +205,12 @@ def test_an_alter_stops_the_stream_and_a_restart_continues_with_the_new_schema(
         cur.execute("SELECT id FROM gate_consumer WHERE name = 'orders_typed'")
         assert cur.fetchone() == (5,)
 
-    second, error = run_stream(spark, options, tmp_path / "checkpoint")
+    second, error = run_stream(spark, options, tmp_path / "checkpoint", source)
     assert error == ""
     assert [(r["id"], r["note"], r["_id"]) for r in second] == [(Decimal(4), "n4", 7), (Decimal(5), "n5", 8)]
     assert sorted(second[0]) == sorted(["id", "amount", "note", "_op", "_id", "_tid", "_ts", "_before", "_invalid"])
 
-    batch = spark.read.format("gate").options(**login(dc, unique_name, table="shop.orders"))
+    batch = spark.read.format(source).options(**login(dc, unique_name, table="shop.orders"))
     with pytest.raises(Exception, match=r"Read up to it \(endingId=5\), then from it \(startingId=6\)"):
         batch.load().collect()
     assert [r.note for r in batch.option("startingId", 6).load().collect()] == ["n4", "n5"]
@@ -222,3 +229,17 @@ def test_a_table_with_a_column_named_like_the_streams_own_is_refused(spark: Spar
     channel.write([[create], [("shop", "c", "INSERT", {"NEW": [{"id": "1"}, {clash: "2"}]})]])
     with pytest.raises(Exception, match=rf"columns named like the stream's own \({clash}\): read it without"):
         spark.read.format("gate").options(**login(dc, unique_name, table="shop.c")).load().collect()
+
+
+def test_an_insert_after_an_update_has_its_own_images(spark: SparkSession, sandbox: Sandbox, unique_name: str) -> None:
+    """Rows of one task are typed each from its own payload: an insert (no OLD image) after an update whose
+    OLD image lies further into its payload than the insert's whole payload."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    channel = SyntheticChannel(connect(dc, "DC", unique_name), unique_name)
+    update = ("shop", "orders", "UPDATE", {"NEW": [{"id": "1"}, {"amount": "12345678.90"}],
+                                           "OLD": [{"id": "1"}, {"amount": "1.00"}]})
+    channel.write([[CREATE], [_insert(1)], [update], [_insert(2)]])
+    rows = spark.read.format("gate").options(**login(dc, unique_name, table="shop.orders", partitions=1)).load()
+    assert [(r.id, r.amount, r._op, r._before and r._before.amount) for r in rows.orderBy("_id").collect()] == [
+        (Decimal(1), Decimal("1.50"), "c", None), (Decimal(1), Decimal("12345678.90"), "u", Decimal("1.00")),
+        (Decimal(2), Decimal("2.50"), "c", None)]

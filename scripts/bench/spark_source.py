@@ -17,6 +17,8 @@ of them; the median run of each is kept):
 - ``gate_stream_all``: the same without maxRowsPerTrigger (the source's default): the backlog in one
   micro-batch, so Spark's own cost per micro-batch is paid once;
 - ``gate_python_batch``, ``gate_python_stream``: the same with format("gate_python"), the Python source;
+- ``gate_typed_batch``, ``gate_typed_stream``: format("gate") with option table (the history's one table, typed
+  columns: every row but its CREATETABLE), as a batch and as a stream in one micro-batch with a consumer;
 
 and, once each, unless ``--readers-only``:
 
@@ -41,7 +43,8 @@ machine's cores), the peak RSS of one Python worker, the JVM old generation's gr
 each read), the load average and the machine's CPU use during each measurement, then the readers side by
 side as ratios against the plain scan of the same run (other work on the machine skews wall times; ratios
 less so).
-``--skip-python`` leaves the two Python readers out (they take 10 times longer).
+``--skip-python`` leaves the two Python readers out (they take 10 times longer); ``--only a,b`` times those
+readers alone beside the scan (for profiling one of them).
 """
 
 from __future__ import annotations
@@ -222,7 +225,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 READERS = ("plain_jdbc_scan", "jdbc_incremental_read", "gate_batch", "gate_stream", "gate_stream_all",
-           "gate_python_batch", "gate_python_stream")
+           "gate_typed_batch", "gate_typed_stream", "gate_python_batch", "gate_python_stream")
 
 
 def table(figures: dict[str, Any]) -> str:
@@ -290,6 +293,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each reader (the median is kept)")
     parser.add_argument("--readers-only", action="store_true", help="measure the readers only, skip the Parquet jobs")
     parser.add_argument("--skip-python", action="store_true", help="leave out the Python format(\"gate_python\")")
+    parser.add_argument("--only", help="these readers only (comma-separated names; plain_jdbc_scan is always read)")
     parser.add_argument("--dc-buffer-pool", default="1G",
                         help="the DC server's InnoDB buffer pool size [1G]; '' keeps the sandbox's 256M")
     parser.add_argument("--json", help="write the figures to this file too")
@@ -322,9 +326,9 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
 
     micro_batches: dict[tuple[str, bool], int] = {}  # of each stream's last run, those that read rows
 
-    def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True) -> None:
+    def stream(name: str, parquet: bool, reader: str = "gate", limit: bool = True, **more: str) -> None:
         trigger = {"maxRowsPerTrigger": str(args.max_rows)} if limit else {}
-        writer = (spark.readStream.format(reader).options(**options, **trigger).load()
+        writer = (spark.readStream.format(reader).options(**options, **trigger, **more).load()
                   .writeStream.option("checkpointLocation", str(tmp / f"{name}.checkpoint")))
         writer = (writer.format("parquet").option("path", str(tmp / name)) if parquet else
                   writer.format("noop"))  # the streaming noop sink: foreachBatch would copy every row once more
@@ -333,8 +337,8 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
         micro_batches[reader, limit] = sum(1 for p in query.recentProgress if p["numInputRows"])
 
     warm = min(200_000, end)  # warm-ups: the JIT compiles each reader's code first (endingId above the checkpoint
-    for reader in ("gate", "gate_python"):                                                  # is refused)
-        discard(spark.read.format(reader).options(**options, endingId=str(warm)).load())
+    for reader, typed in (("gate", {}), ("gate", {"table": "bench.t"}), ("gate_python", {})):   # is refused)
+        discard(spark.read.format(reader).options(**options, **typed, endingId=str(warm)).load())
     discard(_plain_scan(spark, source, warm, args.partitions))
     streams = iter(range(1_000_000))
     readers: dict[str, Callable[[], Any]] = {
@@ -343,19 +347,27 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
         "gate_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end)).load()),
         "gate_stream": lambda: stream(f"stream_noop{next(streams)}", False),
         "gate_stream_all": lambda: stream(f"stream_noop{next(streams)}", False, limit=False),
+        "gate_typed_batch": lambda: discard(spark.read.format("gate").options(**options, endingId=str(end),
+                                                                              table="bench.t").load()),
+        "gate_typed_stream": lambda: stream(f"stream_noop{(n := next(streams))}", False, limit=False, table="bench.t",
+                                            consumer=f"typed{n}"),
         "gate_python_batch": lambda: discard(spark.read.format("gate_python").options(**options, endingId=str(end))
                                              .load()),
         "gate_python_stream": lambda: stream(f"stream_noop{next(streams)}", False, "gate_python"),
     }
     if args.skip_python:
         del readers["gate_python_batch"], readers["gate_python_stream"]
+    if args.only:
+        wanted = {"plain_jdbc_scan", *args.only.split(",")}
+        readers = {name: read for name, read in readers.items() if name in wanted}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in readers}
     for _ in range(args.repeat):  # in rounds, so that a change in the machine's load falls on every reader
         for name, read in readers.items():
             runs[name].append(measure(name, end, read, tree, dc_cpu, old_gen))
     figures.update({name: median_run(r) for name, r in runs.items()})
-    figures["spark_job_floor"] = spark_job_floor(spark, figures["gate_stream"]["seconds"],
-                                                 micro_batches["gate", True])
+    if "gate_stream" in figures:
+        figures["spark_job_floor"] = spark_job_floor(spark, figures["gate_stream"]["seconds"],
+                                                     micro_batches["gate", True])
     scan = figures["plain_jdbc_scan"]
     if not args.readers_only:
         figures["jdbc_incremental_load"] = measure(
@@ -367,9 +379,10 @@ def run(args: argparse.Namespace, dc: ServerConfig, history: History, dc_cpu: Ca
     figures["ratios_to_plain_jdbc_scan"] = {n: {"rows_per_s": round(figures[n]["rows_per_s"] / scan["rows_per_s"], 2),
                                                 "cpu_per_row": round(figures[n]["cpu_us_per_row"] /
                                                                      scan["cpu_us_per_row"], 2)} for n in measured}
-    figures["gate_vs_jdbc_incremental_read"] = {n: round(figures[n]["rows_per_s"] /
-                                                         figures["jdbc_incremental_read"]["rows_per_s"], 2)
-                                                for n in READERS[2:] if n in figures}
+    if "jdbc_incremental_read" in figures:
+        figures["gate_vs_jdbc_incremental_read"] = {n: round(figures[n]["rows_per_s"] /
+                                                             figures["jdbc_incremental_read"]["rows_per_s"], 2)
+                                                    for n in READERS[2:] if n in figures}
     figures["peak_driver_tree_rss_mb"] = round(tree.peak / 2**20)
     spark.stop()
 

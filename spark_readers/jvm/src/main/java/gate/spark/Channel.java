@@ -8,7 +8,7 @@ import java.sql.SQLException;
 /** The driver's small queries on a channel database (one connection, closed by close()), and the checks every
  * reader of it makes (spark_readers.source.Channel and gate.common.dc). */
 final class Channel implements AutoCloseable {
-    private static final int ER_TABLE_ACCESS_DENIED = 1142;
+    static final int ER_TABLE_ACCESS_DENIED = 1142;
 
     private final Login login;
     private final Connection conn;
@@ -16,6 +16,15 @@ final class Channel implements AutoCloseable {
     Channel(Login login) {
         this.login = login;
         this.conn = login.connect();
+    }
+
+    /** The connection, for the typed reads' own queries (TypedTable). */
+    Connection conn() {
+        return conn;
+    }
+
+    Errors.DcFailed failed(String what, SQLException e) {
+        return new Errors.DcFailed("Channel '" + login.channel + "': " + what + " failed: " + e.getMessage(), e);
     }
 
     @Override
@@ -36,10 +45,6 @@ final class Channel implements AutoCloseable {
                 return rs.next() ? rs.getLong(1) : null;
             }
         }
-    }
-
-    private Errors.DcFailed failed(String what, SQLException e) {
-        return new Errors.DcFailed("Channel '" + login.channel + "': " + what + " failed: " + e.getMessage(), e);
     }
 
     long checkpoint() {

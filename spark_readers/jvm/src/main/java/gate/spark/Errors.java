@@ -52,4 +52,25 @@ public final class Errors {
             super(message, cause);
         }
     }
+
+    /** A typed read (option table) meets a statement that changes the table's columns, or rows of other columns. */
+    public static class TableSchemaChanged extends IllegalStateException {
+        public TableSchemaChanged(String message) {
+            super(message);
+        }
+    }
+
+    /** The kept rows define no such table. */
+    public static class TableSchemaUnknown extends IllegalStateException {
+        public TableSchemaUnknown(String message) {
+            super(message);
+        }
+    }
+
+    /** The reader's DC user lacks a privilege the read needs. */
+    public static class MissingPrivileges extends IllegalStateException {
+        public MissingPrivileges(String message) {
+            super(message);
+        }
+    }
 }

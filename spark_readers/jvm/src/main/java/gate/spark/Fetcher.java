@@ -16,14 +16,17 @@ import java.util.concurrent.BlockingQueue;
  * <p>Ids are gap-free below the checkpoint, so every row must carry the id after the one before it: a missing id
  * means retention removed rows before the query began (CursorExpiredError) or something else deleted them
  * (RowsMissing), never fewer rows read. The query reads one consistent view: retention that runs meanwhile
- * changes nothing in it.
+ * changes nothing in it. A typed read reads one table's rows of the range (the DC's index on dbname, tablename),
+ * whose ids have gaps: once they are read, retention having removed rows of the range (which the view may have
+ * missed) raises CursorExpiredError.
  */
 final class Fetcher implements Runnable {
     static final int FETCH = 10_000;
     static final int BLOCK = 1_000;
     static final int QUEUED = FETCH / BLOCK;
     private static final String QUERY = "SELECT id, tid, dbname, tablename, UNIX_TIMESTAMP(create_time), "
-        + "instance_name, optype, data FROM transfer_data WHERE id > ? AND id <= ? ORDER BY id";
+        + "instance_name, optype, data FROM transfer_data%s WHERE id > ? AND id <= ?%s ORDER BY id";
+    private static final String TABLE = " AND dbname = ? AND tablename = ?";
 
     /** Up to {@link #BLOCK} rows' columns as the query gives them; {@code failure} ends the range with an error,
      * a block of no rows and no failure ends it. */
@@ -43,14 +46,28 @@ final class Fetcher implements Runnable {
     private final Login login;
     private final long lo;
     private final long hi;
+    private final String[] table; // a typed read's db and table name; null: every row
+    private final boolean byKey; // a typed read by a scan of the primary key (else by the index on the names)
     private final BlockingQueue<Block> queue = new ArrayBlockingQueue<>(QUEUED);
     private final Thread thread;
     private volatile Connection conn;
 
     Fetcher(Login login, long lo, long hi) {
+        this(login, lo, hi, null, false);
+    }
+
+    /** The rows of table {@code db.name} only, found by the primary key ({@code byKey}) or the DC's index on the
+     * names. */
+    Fetcher(Login login, long lo, long hi, String db, String name, boolean byKey) {
+        this(login, lo, hi, new String[] {db, name}, byKey);
+    }
+
+    private Fetcher(Login login, long lo, long hi, String[] table, boolean byKey) {
         this.login = login;
         this.lo = lo;
         this.hi = hi;
+        this.table = table;
+        this.byKey = byKey;
         this.thread = new Thread(this, "gate-fetch-" + login.channel + "-" + lo + "-" + hi);
         thread.setDaemon(true);
         thread.start();
@@ -93,18 +110,23 @@ final class Fetcher implements Runnable {
     }
 
     private void read() throws SQLException, InterruptedException {
-        try (PreparedStatement statement = conn.prepareStatement(QUERY, ResultSet.TYPE_FORWARD_ONLY,
-                ResultSet.CONCUR_READ_ONLY)) {
+        try (PreparedStatement statement = conn.prepareStatement(String.format(QUERY,
+                byKey ? " FORCE INDEX (PRIMARY)" : "", table == null ? "" : TABLE),
+                ResultSet.TYPE_FORWARD_ONLY, ResultSet.CONCUR_READ_ONLY)) {
             statement.setFetchSize(FETCH); // Connector/J streams the result instead of holding all of it
             statement.setLong(1, lo);
             statement.setLong(2, hi);
+            if (table != null) {
+                statement.setString(3, table[0]);
+                statement.setString(4, table[1]);
+            }
             long last = lo;
             long found = hi + 1; // the id after a gap
             try (ResultSet rows = statement.executeQuery()) {
                 Block block = new Block();
                 while (rows.next()) {
                     long id = rows.getLong(1);
-                    if (id != last + 1) {
+                    if (id != last + 1 && table == null) {
                         found = id;
                         break;
                     }
@@ -127,7 +149,9 @@ final class Fetcher implements Runnable {
                     queue.put(block);
                 }
             }
-            if (last != hi) {
+            if (table != null) {
+                Channel.requireKept(conn, login.channel, lo);
+            } else if (last != hi) {
                 missing(last, found);
             }
         }

@@ -4,46 +4,42 @@ import java.util.Map;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
-import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * format("gate") in the JVM, found by Spark's ServiceLoader (META-INF/services). A read with the option table (a
- * typed change stream of one table, spark_readers.typed) goes to the Python data source registered as
- * "gate_python" by spark_readers.register; every other read is a {@link GateTable}.
+ * format("gate") in the JVM, found by Spark's ServiceLoader (META-INF/services): every read is a {@link GateTable},
+ * of the channel's rows or, with the option table, of one table's changes typed ({@link TypedTable}).
  */
 public final class GateProvider implements TableProvider, DataSourceRegister {
-    static final String PYTHON = "gate_python";
-    private TableProvider typed; // with the option table: the Python source, once asked
+    private TypedTable typed; // with the option table: its columns where the query starts, once known
 
     @Override
     public String shortName() {
         return "gate";
     }
 
-    private TableProvider typed(Map<String, String> options) {
-        if (typed == null && new CaseInsensitiveStringMap(options).containsKey("table")) {
-            PythonDataSourceV2 python = new PythonDataSourceV2();
-            python.setShortName(PYTHON);
-            typed = python;
-        }
-        return typed;
-    }
-
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        TableProvider python = typed(options);
-        return python != null ? python.inferSchema(options) : Rows.SCHEMA;
+        if (!options.containsKey("table")) {
+            return Rows.SCHEMA;
+        }
+        typed = TypedTable.plan(Settings.of(options));
+        return typed.schema();
     }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        TableProvider python = typed(properties);
-        if (python != null) {
-            return python.getTable(schema, partitioning, properties);
+        Settings settings = Settings.of(new CaseInsensitiveStringMap(properties));
+        if (settings.table == null) {
+            return new GateTable(settings, null);
         }
-        return new GateTable(Settings.of(new CaseInsensitiveStringMap(properties)));
+        TypedTable table = typed != null ? typed : TypedTable.plan(settings); // planned in another instance
+        if (!table.schema().equals(schema)) {
+            throw new Errors.TableSchemaChanged("The columns of " + table.table() + " changed between load() and the "
+                + "start of the query (now " + table.names() + "): call load() again.");
+        }
+        return new GateTable(settings, table);
     }
 }

@@ -16,16 +16,22 @@ import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow
 /**
  * readStream.format("gate"): micro-batches of whole transactions up to the checkpoint. An offset {@code {"id": N}}
  * means every row up to N has been read; N is never above the checkpoint and always a transaction's last row. The
- * offset JSON is the Python source's, so either source continues a checkpointLocation the other wrote.
+ * offset JSON is the Python source's, so either source continues a checkpointLocation the other wrote. A typed
+ * stream ({@code typed}) ends a micro-batch before a statement that changes its table's columns, and the next one
+ * stops the query with TableSchemaChanged, its position stored for its consumer: started again, the query takes
+ * its schema there and continues.
  */
 final class GateStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
     private static final ObjectMapper MAPPER = new ObjectMapper();
 
     private final Settings settings;
+    private final TypedTable typed; // null: every row, untyped
     private Long target; // Trigger.AvailableNow: the checkpoint when the query started
+    private long[] planned; // a typed stream: the last micro-batch latestOffset planned, start, end, 1 if by key
 
-    GateStream(Settings settings) {
+    GateStream(Settings settings, TypedTable typed) {
         this.settings = settings;
+        this.typed = typed;
     }
 
     /** An offset: every row up to {@code id} has been read. */
@@ -63,10 +69,30 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
     public Offset initialOffset() {
         try (Channel dc = new Channel(settings.login)) {
             long start = dc.start(settings.startingId);
+            if (typed != null) {
+                requireSameColumns(dc, start);
+            }
             if (settings.consumer != null) {
                 dc.register(settings.consumer, start);
             }
             return new IdOffset(start);
+        }
+    }
+
+    /** A new typed query must start where its table has the columns of the consumer's stored position. */
+    private void requireSameColumns(Channel dc, long start) {
+        java.util.List<TableSchema.Column> columns;
+        try {
+            columns = TableSchema.columnsAt(dc.conn(), settings.login.channel, typed.db, typed.name, start,
+                dc.checkpoint());
+        } catch (java.sql.SQLException e) {
+            throw dc.failed("reading the columns of " + typed.table(), e);
+        }
+        if (!TableSchema.same(columns, typed.columns)) {
+            throw new Errors.TableSchemaChanged("This new query starts after row " + start + ", where "
+                + typed.table() + " has other columns than the " + typed.names() + " of the position consumer '"
+                + settings.consumer + "' stored. Give a new query its own consumer name (or drop the old one), or "
+                + "startingId after that position.");
         }
     }
 
@@ -102,18 +128,43 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
             dc.checkCursor(after);
             long ceiling = target == null ? checkpoint : Math.min(checkpoint, Math.max(target, after));
             long want = limit instanceof ReadMaxRows ? after + ((ReadMaxRows) limit).maxRows() : ceiling;
-            return new IdOffset(dc.transactionEnd(after, want, ceiling));
+            long end = dc.transactionEnd(after, want, ceiling);
+            if (typed == null || end <= after) {
+                return new IdOffset(end);
+            }
+            boolean byKey = typed.byKey(dc, after, end);
+            TableSchema.Change change = typed.change(dc, after, end, byKey);
+            if (change == null || change.id() - 1 > after) {
+                end = change == null ? end : change.id() - 1; // a statement is a transaction of its own
+                planned = new long[] {after, end, byKey ? 1 : 0};
+                return new IdOffset(end);
+            }
+            dc.register(settings.consumer, after);
+            throw new Errors.TableSchemaChanged("The typed stream of " + typed.table() + " stops at "
+                + typed.describe(change) + ", which changes its columns. Every row before it has been read (up to "
+                + after + ", stored for consumer '" + settings.consumer + "'); start the query again with the same "
+                + "checkpointLocation and it continues from row " + change.id() + " with the new schema.");
         }
     }
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
-        return IdRange.split(id(start), id(end), settings.partitions);
+        long lo = id(start);
+        long hi = id(end);
+        if (typed == null || lo >= hi) {
+            return IdRange.split(lo, hi, settings.partitions);
+        }
+        if (planned == null || planned[0] != lo || planned[1] != hi) { // a micro-batch of the offset log, after a restart
+            try (Channel dc = new Channel(settings.login)) {
+                planned = new long[] {lo, hi, typed.byKey(dc, lo, hi) ? 1 : 0};
+            }
+        }
+        return IdRange.split(lo, hi, settings.partitions, planned[2] == 1);
     }
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new RangeReader.Factory(settings.login);
+        return typed == null ? new RangeReader.Factory(settings.login) : new TypedReader.Factory(settings.login, typed);
     }
 
     @Override

@@ -14,12 +14,18 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** A channel's transfer_data as a table: batch reads from startingId (default: the oldest kept row) to endingId
- * (default: the checkpoint when the query is planned), and micro-batch streams ({@link GateStream}). */
+ * (default: the checkpoint when the query is planned), and micro-batch streams ({@link GateStream}); with
+ * {@code typed}, one table's changes as typed rows ({@link TypedReader}), never read across a statement that
+ * changes the table's columns. */
 final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
     private final Settings settings;
+    private final TypedTable typed; // null: every row, untyped
+    private final StructType schema;
 
-    GateTable(Settings settings) {
+    GateTable(Settings settings, TypedTable typed) {
         this.settings = settings;
+        this.typed = typed;
+        this.schema = typed == null ? Rows.SCHEMA : typed.schema();
     }
 
     @Override
@@ -29,7 +35,7 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
 
     @Override
     public StructType schema() {
-        return Rows.SCHEMA;
+        return schema;
     }
 
     @Override
@@ -49,12 +55,12 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
 
     @Override
     public StructType readSchema() {
-        return Rows.SCHEMA;
+        return schema;
     }
 
     @Override
     public String description() {
-        return "gate channel " + settings.login; // Login.toString leaves the password out
+        return "gate channel " + settings.login + (typed == null ? "" : ", table " + typed.table()); // no password
     }
 
     @Override
@@ -64,27 +70,40 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-        return new GateStream(settings);
+        if (typed != null && settings.consumer == null) {
+            throw new Errors.InvalidValue("A typed stream (option \"table\") needs the option consumer, e.g. "
+                + ".option(\"consumer\", \"orders_stream\"): a restarted query finds its schema at the position stored "
+                + "under that name.");
+        }
+        return new GateStream(settings, typed);
     }
 
     @Override
     public InputPartition[] planInputPartitions() {
-        long start;
-        long checkpoint;
         try (Channel dc = new Channel(settings.login)) {
-            start = dc.start(settings.startingId);
-            checkpoint = dc.checkpoint();
+            long start = dc.start(settings.startingId);
+            long checkpoint = dc.checkpoint();
+            long end = settings.endingId == null ? checkpoint : settings.endingId;
+            if (end > checkpoint) {
+                throw new Errors.InvalidValue("endingId=" + end + " is above the checkpoint of channel '"
+                    + settings.login.channel + "', " + checkpoint + ": rows above it may be incomplete.");
+            }
+            if (typed == null || start >= end) {
+                return IdRange.split(start, end, settings.partitions);
+            }
+            boolean byKey = typed.byKey(dc, start, end);
+            TableSchema.Change change = typed.change(dc, start, end, byKey);
+            if (change != null) {
+                throw new Errors.TableSchemaChanged("The rows to read change the columns of " + typed.table() + " at "
+                    + typed.describe(change) + ". Read up to it (endingId=" + (change.id() - 1) + "), then from it "
+                    + "(startingId=" + change.id() + ") with its new schema.");
+            }
+            return IdRange.split(start, end, settings.partitions, byKey);
         }
-        long end = settings.endingId == null ? checkpoint : settings.endingId;
-        if (end > checkpoint) {
-            throw new Errors.InvalidValue("endingId=" + end + " is above the checkpoint of channel '"
-                + settings.login.channel + "', " + checkpoint + ": rows above it may be incomplete.");
-        }
-        return IdRange.split(start, end, settings.partitions);
     }
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new RangeReader.Factory(settings.login);
+        return typed == null ? new RangeReader.Factory(settings.login) : new TypedReader.Factory(settings.login, typed);
     }
 }

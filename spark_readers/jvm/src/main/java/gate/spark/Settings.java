@@ -16,14 +16,17 @@ final class Settings implements Serializable {
     final Long endingId; // batch: last id to read; null: the checkpoint
     final Long maxRows; // streaming: rows per micro-batch, at most (a larger transaction is kept whole)
     final String consumer; // streaming: the gate_consumer name the committed offset is registered under
+    final String table; // "db.table": that table's changes, typed (TypedTable); null: every row
 
-    private Settings(Login login, int partitions, Long startingId, Long endingId, Long maxRows, String consumer) {
+    private Settings(Login login, int partitions, Long startingId, Long endingId, Long maxRows, String consumer,
+                     String table) {
         this.login = login;
         this.partitions = partitions;
         this.startingId = startingId;
         this.endingId = endingId;
         this.maxRows = maxRows;
         this.consumer = consumer;
+        this.table = table;
     }
 
     private static Long number(Map<String, String> options, String name, long least) {
@@ -40,7 +43,7 @@ final class Settings implements Serializable {
     }
 
     /** Check the options: channel; the DC from gate's config file or host/port/user; passwordEnv; startingId,
-     * endingId, maxRowsPerTrigger, partitions, consumer. */
+     * endingId, maxRowsPerTrigger, partitions, consumer, table. */
     static Settings of(CaseInsensitiveStringMap options) {
         String channel = options.get("channel");
         if (channel == null) {
@@ -79,6 +82,6 @@ final class Settings implements Serializable {
         }
         Long partitions = number(options, "partitions", 1);
         return new Settings(login, partitions == null ? 4 : partitions.intValue(), number(options, "startingId", 1),
-            number(options, "endingId", 0), number(options, "maxRowsPerTrigger", 1), consumer);
+            number(options, "endingId", 0), number(options, "maxRowsPerTrigger", 1), consumer, options.get("table"));
     }
 }

@@ -1,0 +1,210 @@
+package gate.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * A table's columns and their types at a point of a channel, worked out from the DDL rows before it
+ * (spark_readers.table_schema in Java: CREATETABLE and SNAPSHOTSTART set them, ALTERTABLE changes them, RENAME moves
+ * them, DROPTABLE forgets them).
+ */
+final class TableSchema {
+    private static final ObjectMapper MAPPER = new ObjectMapper();
+    private static final String SCHEMA_OPTYPES = "'CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'RENAME', 'DROPTABLE'";
+    private static final Set<String> ROW_OPTYPES = Set.of("INSERT", "UPDATE", "DELETE", "SNAPSHOT");
+
+    private TableSchema() {
+    }
+
+    /** One column: its name and data_type as the DDL payloads carry them. */
+    record Column(String name, String type) implements Serializable {
+    }
+
+    /** A statement that changes a table's columns: its row id, optype and text. */
+    record Change(long id, String optype, String sql) {
+    }
+
+    static JsonNode json(String text) {
+        try {
+            return text == null || text.isEmpty() ? MAPPER.createObjectNode() : MAPPER.readTree(text);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    static String fold(String name) {
+        return name.toLowerCase(Locale.ROOT);
+    }
+
+    private static String text(JsonNode node, String field) {
+        JsonNode value = node.get(field);
+        return value == null || value.isNull() ? "" : value.asText();
+    }
+
+    private static List<Column> columns(JsonNode list) {
+        List<Column> result = new ArrayList<>();
+        if (list != null) {
+            for (JsonNode c : list) {
+                result.add(new Column(c.get("field_name").asText(), text(c, "data_type")));
+            }
+        }
+        return result;
+    }
+
+    /** The columns after one DDL row of the table (null: the table does not exist). */
+    static List<Column> apply(List<Column> columns, String optype, JsonNode ddl) {
+        if (optype.equals("CREATETABLE") || optype.equals("SNAPSHOTSTART")) {
+            List<Column> created = columns(ddl.get("NEW"));
+            return created.isEmpty() ? columns : created;
+        }
+        if (optype.equals("DROPTABLE")) {
+            return null;
+        }
+        if (!optype.equals("ALTERTABLE") || columns == null) {
+            return columns;
+        }
+        Map<String, Column> changed = new HashMap<>();
+        for (JsonNode c : ddl.path("CHANGECOLUMN")) {
+            changed.put(fold(c.get("origin_field_name").asText()), new Column(c.get("field_name").asText(),
+                text(c, "data_type")));
+        }
+        Set<String> dropped = new HashSet<>();
+        for (JsonNode name : ddl.path("DROPCOLUMN")) {
+            dropped.add(fold(name.asText()));
+        }
+        List<Column> result = new ArrayList<>();
+        Set<String> present = new HashSet<>();
+        for (Column c : columns) {
+            if (!dropped.contains(fold(c.name()))) {
+                Column now = changed.getOrDefault(fold(c.name()), c);
+                result.add(now);
+                present.add(fold(now.name()));
+            }
+        }
+        for (Column c : columns(ddl.get("ADDCOLUMN"))) {
+            if (!present.contains(fold(c.name()))) {
+                result.add(c);
+            }
+        }
+        return result;
+    }
+
+    /** Same column names (case-insensitively) and types converting alike, in the same order. */
+    static boolean same(List<Column> a, List<Column> b) {
+        if (a == null || b == null) {
+            return a == b;
+        }
+        if (a.size() != b.size()) {
+            return false;
+        }
+        for (int i = 0; i < a.size(); i++) {
+            if (!fold(a.get(i).name()).equals(fold(b.get(i).name())) || !identity(a.get(i)).equals(identity(b.get(i)))) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static String identity(Column c) {
+        return Types.of(c.type(), ZoneOffset.UTC, "base64").identity();
+    }
+
+    private interface RowHandler {
+        boolean row(ResultSet rs) throws SQLException; // false: stop
+    }
+
+    private static void query(Connection conn, String sql, RowHandler handler, Object... args) throws SQLException {
+        try (PreparedStatement statement = conn.prepareStatement(sql)) {
+            for (int i = 0; i < args.length; i++) {
+                statement.setObject(i + 1, args[i]);
+            }
+            try (ResultSet rs = statement.executeQuery()) {
+                while (rs.next() && handler.row(rs)) {
+                    // handled
+                }
+            }
+        }
+    }
+
+    private static List<String> key(JsonNode table) {
+        return List.of(text(table, "dbname"), text(table, "tablename"));
+    }
+
+    /** The columns of {@code db.table} for its rows after id {@code after}: every table's DDL up to it replayed
+     * (following renames), then the table's own DDL rows after it up to its first row change. */
+    static List<Column> columnsAt(Connection conn, String channel, String db, String table, long after,
+                                  long checkpoint) throws SQLException {
+        Map<List<String>, List<Column>> tables = new HashMap<>();
+        query(conn, "SELECT optype, dbname, tablename, data FROM transfer_data WHERE id <= ? AND optype IN ("
+            + SCHEMA_OPTYPES + ") ORDER BY id", rs -> {
+                String optype = rs.getString(1);
+                List<String> name = List.of(rs.getString(2), rs.getString(3));
+                JsonNode ddl = json(rs.getString(4));
+                if (!optype.equals("RENAME")) {
+                    tables.put(name, apply(tables.get(name), optype, ddl));
+                }
+                for (JsonNode pair : ddl.path("RENAME")) {
+                    tables.put(key(pair.path("to")), tables.remove(key(pair.path("from"))));
+                }
+                return true;
+            }, after);
+        List<List<Column>> columns = new ArrayList<>();
+        columns.add(tables.get(List.of(db, table)));
+        query(conn, "SELECT optype, data FROM transfer_data WHERE dbname = ? AND tablename = ? AND id > ? AND id <= ? "
+            + "ORDER BY id LIMIT 1000", rs -> {
+                String optype = rs.getString(1);
+                if (ROW_OPTYPES.contains(optype)) {
+                    return false;
+                }
+                columns.set(0, apply(columns.get(0), optype, json(rs.getString(2))));
+                return true;
+            }, db, table, after, checkpoint);
+        List<Column> found = columns.get(0);
+        if (found == null || found.isEmpty()) {
+            throw new Errors.TableSchemaUnknown("Channel '" + channel + "' has no definition of table " + db + "."
+                + table + " (a CREATETABLE or SNAPSHOTSTART row) at or before row " + after + ", nor right after it: the "
+                + "table is not captured, or its definition was removed by retention. Check the name, or take a "
+                + "snapshot of it (gate snapshot " + channel + " --table " + db + "." + table + ") and read from its "
+                + "SNAPSHOTSTART row.");
+        }
+        return found;
+    }
+
+    /** The first statement among rows {@code lo < id <= hi} after which {@code db.table} no longer has
+     * {@code columns}; null if none. {@code byKey}: found by a scan of the primary key, not the index on the names. */
+    static Change firstChange(Connection conn, String db, String table, List<Column> columns, long lo, long hi,
+                              boolean byKey) throws SQLException {
+        Change[] found = new Change[1];
+        List<List<Column>> current = new ArrayList<>();
+        current.add(columns);
+        query(conn, "SELECT id, optype, data FROM transfer_data" + (byKey ? " FORCE INDEX (PRIMARY)" : "")
+            + " WHERE dbname = ? AND tablename = ? AND id > ? AND "
+            + "id <= ? AND optype IN ('CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'DROPTABLE') ORDER BY id", rs -> {
+                String optype = rs.getString(2);
+                JsonNode ddl = json(rs.getString(3));
+                current.set(0, apply(current.get(0), optype, ddl));
+                if (!optype.equals("DROPTABLE") && !same(current.get(0), columns)) {
+                    String sql = text(ddl, "SQL");
+                    found[0] = new Change(rs.getLong(1), optype, sql.isEmpty() ? optype : sql);
+                    return false;
+                }
+                return true;
+            }, db, table, lo, hi);
+        return found[0];
+    }
+}
