@@ -3,9 +3,11 @@
 The gate running a channel holds its named lock (``gate:CHANNEL``) on its control connection, and a row in
 ``gate_holder`` whose ``epoch`` grows at every start. The lock alone cannot fence: it belongs to one DC
 connection, and the writers, retention and the standby sampler write on their own. So every write
-transaction of those reads the epoch LOCK IN SHARE MODE (:func:`check`) and stops with :class:`Deposed` when
-it is not its own any more; a takeover raises the epoch with the row locked FOR UPDATE, so it waits for the
-write transactions in flight and every later one sees the new epoch.
+transaction of those reads the epoch LOCK IN SHARE MODE first and stops with :class:`Deposed` when it is not
+its own any more (a writer's chunk and a checkpoint send that read as the :func:`guard` statement of their
+one multi-statement query; retention and the sampler :func:`check` it); a takeover raises the epoch with the
+row locked FOR UPDATE, so it waits for the write transactions in flight and every later one sees the new
+epoch.
 
 A running gate beats its heartbeat (``gate_process.seen``, the DC's clock) every ``lease_seconds / 5``. A
 standby waits for the lock (GET_LOCK with a timeout: the DC wakes it when the lock is freed); a lock freed
@@ -114,15 +116,50 @@ def check(cur: pymysql.cursors.Cursor, channel: str, epoch: int) -> None:
         raise Deposed(deposed_message(channel, epoch, row))
 
 
+DEPOSED_SIGNAL = "gate: deposed (the channel has another epoch)"  # the guard's error message
+_ER_SIGNAL_EXCEPTION = 1644  # a SIGNAL SQLSTATE '45000'
+
+
+def guard(channel: str, epoch: int) -> str:
+    """The fence as one statement, the first of a write transaction sent in one multi-statement query: it
+    reads the holder's row LOCK IN SHARE MODE (kept until the transaction ends, as :func:`check`) and, when
+    the epoch is not ``epoch`` (or the row is gone), raises an error (SIGNAL). The server stops a
+    multi-statement query at its first error, so none of the statements after it runs, the COMMIT included:
+    no round trip of its own, and nothing written when deposed (:func:`refused` tells its error)."""
+    return (f"BEGIN NOT ATOMIC DECLARE e BIGINT; SELECT epoch INTO e FROM {q(channel)}.gate_holder WHERE singleton "
+            f"= 1 LOCK IN SHARE MODE; IF e IS NULL OR e <> {int(epoch)} THEN SIGNAL SQLSTATE '45000' SET "
+            f"MESSAGE_TEXT = '{DEPOSED_SIGNAL}'; END IF; END")
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the error of a :func:`guard` that found another epoch."""
+    return (isinstance(exc, pymysql.err.MySQLError) and len(exc.args) > 1 and exc.args[0] == _ER_SIGNAL_EXCEPTION
+            and exc.args[1] == DEPOSED_SIGNAL)
+
+
 @dataclass(frozen=True)
 class Fence:
-    """A running gate's channel and epoch, which its write transactions :meth:`check` first."""
+    """A running gate's channel and epoch, which its write transactions check first: :meth:`guard` as the
+    first statement of a multi-statement transaction, :meth:`check` as a query of its own."""
 
     channel: str
     epoch: int
 
     def check(self, cur: pymysql.cursors.Cursor) -> None:
         check(cur, self.channel, self.epoch)
+
+    def guard(self) -> str:
+        return guard(self.channel, self.epoch)
+
+    def deposed(self, conn: pymysql.Connection, exc: BaseException) -> None:
+        """After an error of a transaction that began with :meth:`guard` (rolled back): when the guard
+        refused it, raise :class:`Deposed` naming the holder now; else return."""
+        if refused(exc):
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT epoch, host, pid FROM {q(self.channel)}.gate_holder WHERE singleton = 1")
+                row = cur.fetchone()
+            conn.rollback()
+            raise Deposed(deposed_message(self.channel, self.epoch, row)) from None
 
 
 def lease_of(cur: pymysql.cursors.Cursor, channel: str) -> float:
