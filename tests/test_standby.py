@@ -133,10 +133,15 @@ def _load(source: MariaDBServer, db: str, transactions: int, pace: float = 0.01)
     return thread
 
 
-def _assert_exact(sandbox: Sandbox, channel: str, db: str) -> None:
-    """Ids and tids gap-free, and the fold of the DC's rows equal to the source's tables."""
+def _assert_exact(sandbox: Sandbox, channel: str, db: str, kept: str | None = None) -> None:
+    """Ids and tids gap-free, and the fold of the DC's rows equal to the source's tables; ``kept``: a table of
+    the channel that holds the rows retention removed, counted with them."""
     wait_caught_up(sandbox.source, sandbox.dc, channel, timeout=60)
     rows = dc_rows(sandbox.dc, channel)
+    if kept is not None:
+        with sandbox.dc.connect(channel) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id, tid, dbname, tablename, create_time, instance_name, optype, data FROM {kept}")
+            rows = sorted([*cur.fetchall(), *rows])
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     tids = sorted({r[1] for r in rows})
     assert tids == list(range(1, len(tids) + 1))
@@ -237,7 +242,9 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
 
 
 AUDIT = [
-    "CREATE TABLE audit (seq BIGINT AUTO_INCREMENT PRIMARY KEY, who VARCHAR(80), what VARCHAR(20), id BIGINT)",
+    # not transactional (Aria): a statement that ran is logged even when its transaction was rolled back
+    "CREATE TABLE audit (seq BIGINT AUTO_INCREMENT PRIMARY KEY, who VARCHAR(80), what VARCHAR(20), id BIGINT) "
+    "ENGINE=Aria TRANSACTIONAL=0",
     # gate_a's rows are slow (4 ms each): its writers are nearly always inside a transaction when it is stopped
     """CREATE TRIGGER audit_rows AFTER INSERT ON transfer_data FOR EACH ROW BEGIN
          INSERT INTO audit (who, what, id) VALUES (SUBSTRING_INDEX(USER(), '@', 1), 'row', NEW.id);
@@ -252,7 +259,8 @@ AUDIT = [
 
 def _audited(dc: MariaDBServer, channel: str) -> None:
     """DC users gate_a and gate_b for the two hosts (each may end the other's connections: CONNECTION ADMIN),
-    and triggers that log who wrote each row, removed one, or moved the checkpoint, in the same transaction."""
+    and triggers that log who wrote each row, removed one, or moved the checkpoint, as it runs (committed later
+    or not)."""
     with dc.connect(channel) as conn, conn.cursor() as cur:
         for user in ("gate_a", "gate_b"):
             cur.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%'")
@@ -269,7 +277,8 @@ def _audit(dc: MariaDBServer, channel: str) -> list[tuple[int, str, str, int]]:
 
 
 def _assert_fenced(dc: MariaDBServer, channel: str) -> None:
-    """Nothing of gate_a (rows, removals, checkpoints) after gate_b's first write, and gate_b did write."""
+    """Nothing of gate_a (rows, removals, checkpoints; not even one rolled back) ran after gate_b's first
+    write, and gate_b did write."""
     audit = _audit(dc, channel)
     first_b = next(seq for seq, who, _, _ in audit if who == "gate_b")
     late = [entry for entry in audit if entry[1] == "gate_a" and entry[0] > first_b]
@@ -290,15 +299,18 @@ def _general_log(dc: MariaDBServer) -> Iterator[None]:
 
 
 def _late_statements(dc: MariaDBServer) -> list[tuple[str, str]]:
-    """The writing statements (INSERT, UPDATE, DELETE, REPLACE) gate_a sent after gate_b's first row, even
-    those that failed or were rolled back, with gate_b's first one (the general log)."""
+    """The queries gate_a sent after gate_b's first row that write (INSERT, UPDATE, DELETE, REPLACE) and do
+    not begin with the fence's guard, even those that failed or were rolled back (the general log, which
+    holds a multi-statement query once, as sent). One that begins with the guard runs nothing after it once
+    the epoch is another one: the audit shows that."""
     with dc.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT MIN(event_time) FROM mysql.general_log WHERE user_host LIKE 'gate\\_b%' AND "
-                    "argument LIKE 'INSERT INTO transfer_data %'")
+                    "argument LIKE '%INSERT INTO transfer_data %'")
         [first_b] = cur.fetchone()
         assert first_b is not None
         cur.execute("SELECT event_time, LEFT(argument, 80) FROM mysql.general_log WHERE user_host LIKE 'gate\\_a%%' "
-                    "AND command_type = 'Query' AND argument REGEXP '^[[:space:]]*(INSERT|UPDATE|DELETE|REPLACE)' "
+                    "AND command_type = 'Query' AND argument REGEXP '(^|;)[[:space:]]*(INSERT|UPDATE|DELETE|REPLACE)' "
+                    "AND argument NOT REGEXP '^(BEGIN;)?BEGIN NOT ATOMIC DECLARE e BIGINT; SELECT epoch INTO e ' "
                     "AND event_time >= %s ORDER BY event_time", (first_b,))
         return [(str(at), text) for at, text in cur.fetchall()]
 
@@ -332,7 +344,7 @@ def test_a_stopped_active_gate_is_taken_over_and_lands_nothing_when_it_wakes(
         time.sleep(1.5)
         os.kill(active.pid, signal.SIGCONT)
         assert active.wait(timeout=30) == 5
-    assert _late_statements(sandbox.dc) == []  # not even one the DC refused or rolled back
+    assert _late_statements(sandbox.dc) == []  # each one the fence's guard first, which refused it
     assert f"was taken over by {os.uname().nodename} pid {standby.pid}" in _log(tmp_path, "a")
     load.join()
     _assert_exact(sandbox, channel, db)
@@ -399,4 +411,83 @@ def test_a_standby_started_before_its_channel_exists_or_while_it_is_dropped_wait
     make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",),
                  defaults=ChannelDefaults(lease_seconds=LEASE))
     assert _wait_holder(sandbox.dc, unique_name, {standby.pid}, BOUND)[0] == 1  # the new channel's first epoch
+    assert _stop(standby) == 0
+
+
+RETAINED = [  # the rows retention removes (at or below the checkpoint), kept in the same transaction
+    "CREATE TABLE purged LIKE transfer_data",
+    """CREATE TRIGGER keep_purged BEFORE DELETE ON transfer_data FOR EACH ROW
+         IF OLD.id <= (SELECT id FROM transfer_checkpoint) THEN
+           INSERT INTO purged (id, tid, dbname, tablename, create_time, instance_name, optype, data) VALUES
+             (OLD.id, OLD.tid, OLD.dbname, OLD.tablename, OLD.create_time, OLD.instance_name, OLD.optype, OLD.data);
+           IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.004); END IF;
+         END IF""",
+]
+OLD_TIME = "SET timestamp = UNIX_TIMESTAMP('2020-01-02')"  # the source's events: old enough for retention
+
+
+def _scalar(dc: MariaDBServer, channel: str, sql: str) -> int:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return int(cur.fetchone()[0] or 0)
+
+
+def _purging(dc: MariaDBServer, user: str) -> bool:
+    """Whether ``user`` runs a retention DELETE on the DC now."""
+    with dc.connect() as conn, conn.cursor() as cur:
+        return bool(cur.execute("SELECT 1 FROM information_schema.processlist WHERE user = %s AND info LIKE "
+                                "'DELETE FROM %%transfer_data%%'", (user,)))
+
+
+def test_kill_9_of_the_active_gate_inside_a_large_transaction_while_retention_removes(
+        sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    """The active host dies with chunks of a 3,000-row transaction committed above the checkpoint and a
+    retention batch in flight: the new holder removes those chunks and writes the transaction again, its
+    retention removes what the killed batch did not (rolled back), and the DC's rows, with those retention
+    removed, are each source transaction once, gap-free, equal to the source."""
+    channel, db = unique_name, f"src_{unique_name}"
+    make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.*",),
+                 defaults=ChannelDefaults(lease_seconds=LEASE, batch_rows=200, writers=2,
+                                          retention_interval_seconds=0.2))
+    _audited(sandbox.dc, channel)
+    with sandbox.dc.connect(channel) as conn, conn.cursor() as cur:
+        for statement in RETAINED:
+            cur.execute(statement)
+    active = _host(tmp_path, "a", sandbox.dc, channel, user="gate_a")
+    _wait_holder(sandbox.dc, channel, {active.pid}, 30)
+    standby = _host(tmp_path, "b", sandbox.dc, channel, "--standby", user="gate_b")
+    with sandbox.source.connect() as src, src.cursor() as cur:
+        cur.execute(OLD_TIME)
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (k INT PRIMARY KEY, v INT)")
+        for n in range(20):  # 500 rows in small transactions, then some of them changed
+            cur.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({n * 25 + i}, {n})" for i in range(25)))
+            src.commit()
+        cur.execute(f"UPDATE {db}.t SET v = v + 100 WHERE k % 7 = 0")
+        src.commit()
+    wait_caught_up(sandbox.source, sandbox.dc, channel)
+    _gate(tmp_path, "channel", "set", channel, "--retain-days", "1")  # gate_a's retention starts on 600 rows
+    with sandbox.source.connect() as src, src.cursor() as cur:
+        cur.execute(OLD_TIME)
+        cur.executemany(f"INSERT INTO {db}.t VALUES (%s, %s)", [(k, -k) for k in range(1000, 4000)])
+        src.commit()
+
+    def above() -> int:  # rows committed above the checkpoint
+        return _scalar(sandbox.dc, channel, "SELECT COUNT(*) FROM transfer_data WHERE id > (SELECT id FROM "
+                                            "transfer_checkpoint)")
+
+    _wait(lambda: above() >= 400 and _purging(sandbox.dc, "gate_a"), 60)
+    os.killpg(active.pid, signal.SIGKILL)  # its host dies: gate and its writers
+    killed = time.monotonic()
+    assert active.wait() == -signal.SIGKILL
+    _wait_holder(sandbox.dc, channel, {standby.pid}, BOUND)
+    assert time.monotonic() - killed < BOUND
+    end = wait_caught_up(sandbox.source, sandbox.dc, channel)
+    _wait(lambda: _scalar(sandbox.dc, channel, "SELECT value FROM gate_meta WHERE name = 'purged_through'")
+          == end[0], 60)  # every row is old: the new holder's retention removes up to the checkpoint
+    audit = _audit(sandbox.dc, channel)
+    assert any(who == "gate_a" and what == "delete" for _, who, what, _ in audit)  # its batch ran, rolled back
+    assert _scalar(sandbox.dc, channel, "SELECT COUNT(*) FROM transfer_data") == 0
+    _assert_exact(sandbox, channel, db, kept="purged")
+    _assert_fenced(sandbox.dc, channel)
     assert _stop(standby) == 0
