@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -490,3 +491,26 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
             pass
         conn.close()
     return None
+
+
+@dataclass(frozen=True)
+class Waited:
+    """What :func:`stand_by_until_free` waited for: the DC connection holding the channel's lock and why it
+    was free (:func:`stand_by`'s answer), and whether a stop signal came since."""
+
+    held: tuple[pymysql.Connection, str]
+    stopping: threading.Event
+
+
+def stand_by_until_free(dc: ServerConfig, channel: str) -> Waited | None:
+    """'gate run --standby' without metrics to serve: :func:`stand_by` in the main thread, before the capture's
+    modules are imported (they load at the takeover: an idle standby stays small). SIGTERM or SIGINT ends the
+    wait (None); one that comes after it, while the capture loads, is in ``stopping``."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    found = stand_by(dc, channel, Me.here(), stopping)
+    if found is None:
+        log.info("channel %s: stopped while standing by", channel)
+        return None
+    return Waited(found, stopping)
