@@ -530,3 +530,27 @@ def test_kill_9_of_the_active_gate_in_the_middle_of_a_source_failover(
         cur.execute("SELECT pid, from_pid FROM gate_takeover ORDER BY epoch DESC LIMIT 1")
         assert cur.fetchone() == (standby.pid, active.pid)
     assert _stop(standby) == 0
+
+
+def test_an_idle_standby_has_not_imported_the_capture(sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    """A standby waits before gate's capture modules (the pipeline, the binlog library, the writers, the
+    metrics, the commands' administration) are imported: they load at the takeover, so that a host's idle
+    standbys stay small."""
+    config = tmp_path / "config.yaml"
+    config.write_text(config_yaml(sandbox.dc))
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('loaded:', sorted(m for m in sys.modules if m.startswith(("
+              "'gate.capture.pipeline', 'gate.capture.writer', 'gate.capture.metrics', 'gate.admin', "
+              "'pymysqlreplication', 'prometheus_client')))))\n"
+              "from gate.cli import main\n"
+              f"main(['--config', '{config}', 'run', '{unique_name}', '--standby'])\n")
+    (tmp_path / "b").mkdir()
+    with open(tmp_path / "b" / "gate.log", "w") as log:
+        standby = subprocess.Popen([str(Path(GATE).with_name("python")), "-c", script], stdout=log, stderr=log)
+    STARTED.append(standby)
+    _wait_log(tmp_path, "b", "no such channel on the DC server")
+    standby.send_signal(signal.SIGTERM)
+    assert standby.wait(timeout=30) == 0
+    lines = _log(tmp_path, "b").splitlines()
+    assert lines[-2].endswith(f" INFO gate.capture.holder: channel {unique_name}: stopped while standing by")
+    assert lines[-1] == "loaded: []"
