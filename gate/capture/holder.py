@@ -20,6 +20,7 @@ itself with a session lock ``gate:CHANNEL:sN``, so the standby finds them) and t
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -409,9 +410,12 @@ def _usable(conn: pymysql.Connection, channel: str) -> bool:
     return True
 
 
-def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) -> tuple[pymysql.Connection, str] | None:
+def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event,
+             suspect: Callable[[], None] = lambda: None) -> tuple[pymysql.Connection, str] | None:
     """Wait, on one DC connection, until the channel has no live holder; then return that connection, holding
-    the channel's lock, and why the channel is free. None: ``stopping`` was set first."""
+    the channel's lock, and why the channel is free. None: ``stopping`` was set first. ``suspect`` is called
+    whenever a takeover may come soon (the lock let go without a clean stop, or the holder silent for half
+    its lease), and before returning."""
     conn: pymysql.Connection | None = None
     said = ""
     reason: str | None = None
@@ -447,6 +451,7 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                         if (previous is not None and not previous.stopped and previous.silent is not None
                                 and previous.silent <= lease):  # gone a moment ago: killed, or a broken link
                             cur.execute("SELECT RELEASE_LOCK(%s)", (lock_name(channel),))
+                            suspect()
                             say(logging.INFO, f"{previous.host} pid {previous.pid} let go of the channel without "
                                 "a clean stop; standing by until its lease runs out, should it come back")
                             stopping.wait(1.0)
@@ -456,6 +461,7 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                                       if previous.stopped else
                                       f"{previous.host} pid {previous.pid} ended without a clean stop (its DC "
                                       "connection closed: killed or crashed)")
+                        suspect()
                         return conn, reason or "no gate had run the channel"
                     cur.execute("SELECT RELEASE_LOCK(%s)", (lock_name(channel),))
                     continue
@@ -463,6 +469,8 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                 if held is None or used_by is None or int(used_by) != held.connection:
                     say(logging.INFO, "the channel's lock is held by a gate command or a starting gate; standing by")
                     continue
+                if held.silent is None or held.silent > lease / 2:
+                    suspect()
                 if held.silent is not None and held.silent <= lease:
                     say(logging.INFO, f"standing by: {held.host} pid {held.pid} runs the channel (epoch {held.epoch})")
                     continue
@@ -502,15 +510,25 @@ class Waited:
     stopping: threading.Event
 
 
-def stand_by_until_free(dc: ServerConfig, channel: str) -> Waited | None:
+def stand_by_until_free(dc: ServerConfig, channel: str, modules: tuple[str, ...]) -> Waited | None:
     """'gate run --standby' without metrics to serve: :func:`stand_by` in the main thread, before the capture's
-    modules are imported (they load at the takeover: an idle standby stays small). SIGTERM or SIGINT ends the
-    wait (None); one that comes after it, while the capture loads, is in ``stopping``."""
+    ``modules`` are imported (an idle standby stays small): a thread imports them once a takeover may come
+    soon (the holder silent for half its lease, or gone), so that they are loaded when it comes. SIGTERM or
+    SIGINT ends the wait (None); one that comes after it, while the capture loads, is in ``stopping``."""
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    found = stand_by(dc, channel, Me.here(), stopping)
+    loader = threading.Thread(target=lambda: [importlib.import_module(name) for name in modules],
+                              name="gate-capture-import", daemon=True)
+
+    def suspect() -> None:
+        if loader.ident is None:
+            log.debug("channel %s: a takeover may come soon; importing the capture", channel)
+            loader.start()
+
+    found = stand_by(dc, channel, Me.here(), stopping, suspect)
     if found is None:
         log.info("channel %s: stopped while standing by", channel)
         return None
+    loader.join()  # stand_by started it before it returned
     return Waited(found, stopping)

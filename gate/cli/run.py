@@ -93,7 +93,7 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     setup_logging(app.config.log.level)
     waited = None
     if standby and not metrics_port:  # nothing to serve while it waits: the capture's modules load at takeover
-        waited = stand_by_until_free(app.dc, channel)
+        waited = stand_by_until_free(app.dc, channel, ("gate.capture.pipeline",))
         if waited is None:
             return
     from gate.capture.pipeline import Pipeline
