@@ -228,9 +228,9 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     assert listed["standing_by"] == [f"{host}/{loser}"] and listed["gate"]["pid"] == winner
     assert listed["last_takeover"]["from_pid"] == active.pid
     assert _metrics(ports[names[loser]])["gate_standing_by"] == [({"channel": channel}, 1)]
-    figures = _metrics(ports[names[winner]])
+    _wait(lambda: _metrics(ports[names[winner]])["gate_standby_gates"] == [({"channel": channel}, 1)], 30)
+    figures = _metrics(ports[names[winner]])  # its heartbeat counted the loser's (every lease / 5)
     assert figures["gate_holder_epoch"] == [({"channel": channel}, epoch)]
-    assert figures["gate_standby_gates"] == [({"channel": channel}, 1)]
     [(labels, took)] = figures["gate_takeover_timestamp_seconds"]
     assert labels == {"channel": channel, "from_gate": f"{host} pid {active.pid}"} and time.time() - took < 60
     # a clean stop of the winner hands the channel to the other standby at once
@@ -418,7 +418,7 @@ def test_a_standby_started_before_its_channel_exists_or_while_it_is_dropped_wait
 
 RETAINED = [  # the rows retention removes (its session alone runs at READ COMMITTED; reading the checkpoint
     # here would lock it for the whole DELETE), kept in the same transaction; gate_a's rows and removals are
-    # slow (its writers and retention nearly always in a transaction when it is killed)
+    # slow (its writers in a transaction nearly always, its retention's first batch of 600 rows takes 15 s)
     "CREATE TABLE purged LIKE transfer_data",
     """CREATE TRIGGER slow_rows AFTER INSERT ON transfer_data FOR EACH ROW
          IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.002); END IF""",
@@ -426,7 +426,7 @@ RETAINED = [  # the rows retention removes (its session alone runs at READ COMMI
          IF @@SESSION.tx_isolation = 'READ-COMMITTED' THEN
            INSERT INTO purged (id, tid, dbname, tablename, create_time, instance_name, optype, data) VALUES
              (OLD.id, OLD.tid, OLD.dbname, OLD.tablename, OLD.create_time, OLD.instance_name, OLD.optype, OLD.data);
-           IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.004); END IF;
+           IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.025); END IF;
          END IF""",
 ]
 OLD_TIME = "SET timestamp = UNIX_TIMESTAMP('2020-01-02')"  # the source's events: old enough for retention

@@ -399,6 +399,21 @@ def end_sessions(cur: pymysql.cursors.Cursor, channel: str, holder: int) -> list
     return ids
 
 
+def _end_leftovers(cur: pymysql.cursors.Cursor, channel: str, previous: HolderState) -> None:
+    """The holder that let go of the lock without a clean stop (killed, its host down) may leave statements
+    running on the DC: the server ends a connection whose client is gone only when its statement ends, and
+    until then that transaction holds the fence's share lock, which the takeover waits for. End them (the
+    session-tagged connections of the channel; the takeover only waits for them without the privilege)."""
+    try:
+        ended = end_sessions(cur, channel, previous.connection)
+    except MissingPrivileges as exc:
+        log.warning("channel %s: %s The takeover waits for their statements to end.", channel, exc)
+        return
+    if len(ended) > 1:
+        log.info("channel %s: ended %d DC connections left by %s pid %d", channel, len(ended) - 1, previous.host,
+                 previous.pid)
+
+
 def _usable(conn: pymysql.Connection, channel: str) -> bool:
     """Whether the channel exists in a schema this gate runs (False: wait for it; other errors raise)."""
     if not channel_exists(conn, channel):
@@ -461,6 +476,8 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event,
                                       if previous.stopped else
                                       f"{previous.host} pid {previous.pid} ended without a clean stop (its DC "
                                       "connection closed: killed or crashed)")
+                        if previous is not None and not previous.stopped:
+                            _end_leftovers(cur, channel, previous)
                         suspect()
                         return conn, reason or "no gate had run the channel"
                     cur.execute("SELECT RELEASE_LOCK(%s)", (lock_name(channel),))
