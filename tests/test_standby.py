@@ -38,6 +38,8 @@ from tests.replay import (
     server_config,
     table_contents,
     wait_caught_up,
+    wait_row,
+    wait_sampled,
 )
 
 LEASE = 2.0  # lease_seconds of the tests' channels
@@ -133,10 +135,15 @@ def _load(source: MariaDBServer, db: str, transactions: int, pace: float = 0.01)
     return thread
 
 
-def _assert_exact(sandbox: Sandbox, channel: str, db: str) -> None:
-    """Ids and tids gap-free, and the fold of the DC's rows equal to the source's tables."""
+def _assert_exact(sandbox: Sandbox, channel: str, db: str, kept: str | None = None) -> None:
+    """Ids and tids gap-free, and the fold of the DC's rows equal to the source's tables; ``kept``: a table of
+    the channel that holds the rows retention removed, counted with them."""
     wait_caught_up(sandbox.source, sandbox.dc, channel, timeout=60)
     rows = dc_rows(sandbox.dc, channel)
+    if kept is not None:
+        with sandbox.dc.connect(channel) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id, tid, dbname, tablename, create_time, instance_name, optype, data FROM {kept}")
+            rows = sorted([*cur.fetchall(), *rows])
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     tids = sorted({r[1] for r in rows})
     assert tids == list(range(1, len(tids) + 1))
@@ -221,9 +228,9 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     assert listed["standing_by"] == [f"{host}/{loser}"] and listed["gate"]["pid"] == winner
     assert listed["last_takeover"]["from_pid"] == active.pid
     assert _metrics(ports[names[loser]])["gate_standing_by"] == [({"channel": channel}, 1)]
-    figures = _metrics(ports[names[winner]])
+    _wait(lambda: _metrics(ports[names[winner]])["gate_standby_gates"] == [({"channel": channel}, 1)], 30)
+    figures = _metrics(ports[names[winner]])  # its heartbeat counted the loser's (every lease / 5)
     assert figures["gate_holder_epoch"] == [({"channel": channel}, epoch)]
-    assert figures["gate_standby_gates"] == [({"channel": channel}, 1)]
     [(labels, took)] = figures["gate_takeover_timestamp_seconds"]
     assert labels == {"channel": channel, "from_gate": f"{host} pid {active.pid}"} and time.time() - took < 60
     # a clean stop of the winner hands the channel to the other standby at once
@@ -234,6 +241,9 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
         assert cur.fetchone()[0] == f"{os.uname().nodename} pid {winner} had stopped cleanly"
     assert _stop(standbys[loser]) == 0
     _assert_exact(sandbox, channel, db)
+    rows = [r for r in dc_rows(sandbox.dc, channel) if r[3] == "old" and r[6].startswith("SNAPSHOT")]
+    assert [r[6] for r in rows if r[6] != "SNAPSHOT"] == ["SNAPSHOTSTART", "SNAPSHOTEND"]  # not started again
+    assert sorted(int(json.loads(r[7])["NEW"][0]["id"]) for r in rows if r[6] == "SNAPSHOT") == list(range(3000))
 
 
 AUDIT = [
@@ -250,15 +260,16 @@ AUDIT = [
 ]
 
 
-def _audited(dc: MariaDBServer, channel: str) -> None:
+def _audited(dc: MariaDBServer, channel: str, triggers: list[str] = AUDIT) -> None:
     """DC users gate_a and gate_b for the two hosts (each may end the other's connections: CONNECTION ADMIN),
-    and triggers that log who wrote each row, removed one, or moved the checkpoint, in the same transaction."""
+    and ``triggers``: by default those that log who wrote each row, removed one, or moved the checkpoint, in
+    the same transaction."""
     with dc.connect(channel) as conn, conn.cursor() as cur:
         for user in ("gate_a", "gate_b"):
             cur.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%'")
             cur.execute(f"GRANT ALL ON `{channel}`.* TO '{user}'@'%'")
             cur.execute(f"GRANT CONNECTION ADMIN ON *.* TO '{user}'@'%'")
-        for statement in AUDIT:
+        for statement in triggers:
             cur.execute(statement)
 
 
@@ -290,15 +301,18 @@ def _general_log(dc: MariaDBServer) -> Iterator[None]:
 
 
 def _late_statements(dc: MariaDBServer) -> list[tuple[str, str]]:
-    """The writing statements (INSERT, UPDATE, DELETE, REPLACE) gate_a sent after gate_b's first row, even
-    those that failed or were rolled back, with gate_b's first one (the general log)."""
+    """The queries gate_a sent after gate_b's first row that write (INSERT, UPDATE, DELETE, REPLACE) and do
+    not begin with the fence's guard, even those that failed or were rolled back (the general log, which
+    holds a multi-statement query once, as sent). One that begins with the guard runs nothing after it once
+    the epoch is another one (test_writer.py checks that on its own)."""
     with dc.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT MIN(event_time) FROM mysql.general_log WHERE user_host LIKE 'gate\\_b%' AND "
-                    "argument LIKE 'INSERT INTO transfer_data %'")
+                    "argument LIKE '%INSERT INTO transfer_data %'")
         [first_b] = cur.fetchone()
         assert first_b is not None
         cur.execute("SELECT event_time, LEFT(argument, 80) FROM mysql.general_log WHERE user_host LIKE 'gate\\_a%%' "
-                    "AND command_type = 'Query' AND argument REGEXP '^[[:space:]]*(INSERT|UPDATE|DELETE|REPLACE)' "
+                    "AND command_type = 'Query' AND argument REGEXP '(^|;)[[:space:]]*(INSERT|UPDATE|DELETE|REPLACE)' "
+                    "AND argument NOT REGEXP '^(BEGIN;)?BEGIN NOT ATOMIC DECLARE e BIGINT; SELECT epoch INTO e ' "
                     "AND event_time >= %s ORDER BY event_time", (first_b,))
         return [(str(at), text) for at, text in cur.fetchall()]
 
@@ -332,7 +346,7 @@ def test_a_stopped_active_gate_is_taken_over_and_lands_nothing_when_it_wakes(
         time.sleep(1.5)
         os.kill(active.pid, signal.SIGCONT)
         assert active.wait(timeout=30) == 5
-    assert _late_statements(sandbox.dc) == []  # not even one the DC refused or rolled back
+    assert _late_statements(sandbox.dc) == []  # each one the fence's guard first, which refused it
     assert f"was taken over by {os.uname().nodename} pid {standby.pid}" in _log(tmp_path, "a")
     load.join()
     _assert_exact(sandbox, channel, db)
@@ -400,3 +414,147 @@ def test_a_standby_started_before_its_channel_exists_or_while_it_is_dropped_wait
                  defaults=ChannelDefaults(lease_seconds=LEASE))
     assert _wait_holder(sandbox.dc, unique_name, {standby.pid}, BOUND)[0] == 1  # the new channel's first epoch
     assert _stop(standby) == 0
+
+
+RETAINED = [  # the rows retention removes (its session alone runs at READ COMMITTED; reading the checkpoint
+    # here would lock it for the whole DELETE), kept in the same transaction; gate_a's rows and removals are
+    # slow (its writers in a transaction nearly always, its retention's first batch of 573 rows takes 23 s)
+    "CREATE TABLE purged LIKE transfer_data",
+    """CREATE TRIGGER slow_rows AFTER INSERT ON transfer_data FOR EACH ROW
+         IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.005); END IF""",
+    """CREATE TRIGGER keep_purged BEFORE DELETE ON transfer_data FOR EACH ROW
+         IF @@SESSION.tx_isolation = 'READ-COMMITTED' THEN
+           INSERT INTO purged (id, tid, dbname, tablename, create_time, instance_name, optype, data) VALUES
+             (OLD.id, OLD.tid, OLD.dbname, OLD.tablename, OLD.create_time, OLD.instance_name, OLD.optype, OLD.data);
+           IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.04); END IF;
+         END IF""",
+]
+OLD_TIME = "SET timestamp = UNIX_TIMESTAMP('2020-01-02')"  # the source's events: old enough for retention
+
+
+def _scalar(dc: MariaDBServer, channel: str, sql: str) -> int:
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return int(cur.fetchone()[0] or 0)
+
+
+def _purging(dc: MariaDBServer, channel: str) -> bool:
+    """Whether the channel's first retention batch is in flight: rows in ``purged`` read uncommitted, none
+    committed."""
+    with dc.connect(channel) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        cur.execute("SELECT COUNT(*) FROM purged")
+        removing = int(cur.fetchone()[0])
+    return removing > 0 and _scalar(dc, channel, "SELECT COUNT(*) FROM purged") == 0
+
+
+def test_kill_9_of_the_active_gate_inside_a_large_transaction_while_retention_removes(
+        sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    """The active host dies with chunks of a 3,000-row transaction committed above the checkpoint and a
+    retention batch in flight: the new holder removes those chunks and writes the transaction again, its
+    retention removes what the killed batch did not (rolled back), and the DC's rows, with those retention
+    removed, are each source transaction once, gap-free, equal to the source."""
+    channel, db = unique_name, f"src_{unique_name}"
+    make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.*",),
+                 defaults=ChannelDefaults(lease_seconds=LEASE, batch_rows=200, writers=2,
+                                          retention_interval_seconds=0.2))
+    _audited(sandbox.dc, channel, RETAINED)
+    active = _host(tmp_path, "a", sandbox.dc, channel, user="gate_a")
+    _wait_holder(sandbox.dc, channel, {active.pid}, 30)
+    standby = _host(tmp_path, "b", sandbox.dc, channel, "--standby", user="gate_b")
+    with sandbox.source.connect() as src, src.cursor() as cur:
+        cur.execute(OLD_TIME)
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (k INT PRIMARY KEY, v INT)")
+        for n in range(20):  # 500 rows in small transactions, then some of them changed
+            cur.execute(f"INSERT INTO {db}.t VALUES " + ",".join(f"({n * 25 + i}, {n})" for i in range(25)))
+            src.commit()
+        cur.execute(f"UPDATE {db}.t SET v = v + 100 WHERE k % 7 = 0")
+        src.commit()
+    wait_caught_up(sandbox.source, sandbox.dc, channel)
+    _gate(tmp_path, "channel", "set", channel, "--retain-days", "1")  # gate_a's retention starts on 573 rows
+    _wait(lambda: _purging(sandbox.dc, channel), 60)  # its first batch takes 23 s (gate_b stands by: it does not purge)
+    with sandbox.source.connect() as src, src.cursor() as cur:
+        cur.execute(OLD_TIME)
+        cur.executemany(f"INSERT INTO {db}.t VALUES (%s, %s)", [(k, -k) for k in range(1000, 4000)])
+        src.commit()
+
+    def above() -> int:  # rows committed above the checkpoint
+        return _scalar(sandbox.dc, channel, "SELECT COUNT(*) FROM transfer_data WHERE id > (SELECT id FROM "
+                                            "transfer_checkpoint)")
+
+    _wait(lambda: 400 <= above() < 3000 and _purging(sandbox.dc, channel), 30)  # chunks of the large transaction landed
+    os.killpg(active.pid, signal.SIGKILL)  # its host dies: gate and its writers
+    killed = time.monotonic()
+    assert active.wait() == -signal.SIGKILL
+    _wait_holder(sandbox.dc, channel, {standby.pid}, BOUND)
+    assert time.monotonic() - killed < BOUND
+    end = wait_caught_up(sandbox.source, sandbox.dc, channel)
+    _wait(lambda: _scalar(sandbox.dc, channel, "SELECT value FROM gate_meta WHERE name = 'purged_through'")
+          == end[0], 60)  # every row is old: the new holder's retention removes up to the checkpoint
+    assert _scalar(sandbox.dc, channel, "SELECT COUNT(*) FROM transfer_data") == 0
+    _assert_exact(sandbox, channel, db, kept="purged")  # the killed batch rolled back: no row twice in purged
+    assert _stop(standby) == 0
+
+
+def test_kill_9_of_the_active_gate_in_the_middle_of_a_source_failover(
+        make_sandbox: Callable[..., Sandbox], tmp_path: Path) -> None:
+    """The source dies, the active gate starts the switch to the source's standby server (its marker stored)
+    and its host dies then: the standby gate takes the channel over and finishes the switch, each source
+    transaction once."""
+    from gate.capture.failover import MARKER
+    from tests.test_failover import SteadyLoad, _exact, _switches
+
+    box = make_sandbox(with_standby=True)
+    assert box.standby is not None
+    make_channel(box.dc, box.source, "fo", standby=server_config(box.standby), failover_mode="gtid",
+                 defaults=ChannelDefaults(lease_seconds=LEASE, batch_rows=50, writers=2, standby_sample_seconds=0.3,
+                                          failover_after_seconds=2.0, failover_margin_seconds=1.0))
+    active = _host(tmp_path, "a", box.dc, "fo")
+    _wait_holder(box.dc, "fo", {active.pid}, 30)
+    standby = _host(tmp_path, "b", box.dc, "fo", "--standby")
+    wait_sampled(box.dc, "fo")
+    load = SteadyLoad(box, "shop")
+    load.start()
+    _wait(lambda: load.committed >= 30, 30)
+    box.source.kill()
+    load.join()
+    wait_row(box.dc, "fo", f"SELECT 1 FROM gate_meta WHERE name = '{MARKER}'")  # the switch is under way
+    os.killpg(active.pid, signal.SIGKILL)
+    assert active.wait() == -signal.SIGKILL
+    _wait_holder(box.dc, "fo", {standby.pid}, BOUND)
+    with box.standby.connect() as conn, conn.cursor() as cur:  # the new source takes writes
+        cur.execute("INSERT INTO shop.t0 (id, name) VALUES (1000000, 'after the switch')")
+    wait_caught_up(box.standby, box.dc, "fo", timeout=60)
+    assert _switches(box, "fo") == [(box.source.address, box.standby.address)]
+    rows = _exact(box, "fo", box.standby, "shop")
+    assert rows[0][5] == box.source.address and rows[-1][5] == box.standby.address
+    with box.dc.connect("fo") as conn, conn.cursor() as cur:
+        assert cur.execute("SELECT 1 FROM gate_meta WHERE name = %s", (MARKER,)) == 0  # the switch was finished
+        cur.execute("SELECT pid, from_pid FROM gate_takeover ORDER BY epoch DESC LIMIT 1")
+        assert cur.fetchone() == (standby.pid, active.pid)
+    assert _stop(standby) == 0
+
+
+def test_an_idle_standby_has_not_imported_the_capture(sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
+    """A standby waits before gate's capture modules (the pipeline, the binlog library, the writers, the
+    metrics, the commands' administration) are imported: they load at the takeover, so that a host's idle
+    standbys stay small."""
+    config = tmp_path / "config.yaml"
+    config.write_text(config_yaml(sandbox.dc))
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('loaded:', sorted(m for m in sys.modules if m.startswith(("
+              "'gate.capture.pipeline', 'gate.capture.writer', 'gate.capture.metrics', 'gate.admin', "
+              "'pymysqlreplication', 'prometheus_client')))))\n"
+              "from gate.cli import main\n"
+              f"main(['--config', '{config}', 'run', '{unique_name}', '--standby'])\n")
+    (tmp_path / "b").mkdir()
+    with open(tmp_path / "b" / "gate.log", "w") as log:
+        standby = subprocess.Popen([str(Path(GATE).with_name("python")), "-c", script], stdout=log, stderr=log)
+    STARTED.append(standby)
+    _wait_log(tmp_path, "b", "no such channel on the DC server")
+    standby.send_signal(signal.SIGTERM)
+    assert standby.wait(timeout=30) == 0
+    lines = _log(tmp_path, "b").splitlines()
+    assert lines[-2].endswith(f" INFO gate.capture.holder: channel {unique_name}: stopped while standing by")
+    assert lines[-1] == "loaded: []"

@@ -217,3 +217,60 @@ def test_stuck_row_notes_left_by_a_killed_gate_go_once_the_checkpoint_passes_the
         insert(4, 5, 6)
         assert wait_caught_up(sandbox.source, sandbox.dc, unique_name) == (6, 6)
         assert notes() == []
+
+
+def test_a_fenced_chunk_and_checkpoint_are_one_query_each_and_a_stale_epoch_writes_nothing(
+        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fence (the holder's epoch read LOCK IN SHARE MODE) travels in the same query as a writer's chunk
+    and as a checkpoint (it used to be a round trip of its own before each); a deposed gate's chunk and
+    checkpoint fail with Deposed and leave nothing, the COMMIT after the fence not run."""
+    import pymysql.connections
+
+    from gate.capture.holder import Fence
+    from gate.common.dc import in_one_round_trip
+    from gate.common.errors import Deposed
+
+    dc = server_config(sandbox.dc)
+    with connect(dc, "DC") as conn:
+        create_channel(conn, ChannelSettings(unique_name, server_config(sandbox.source)))
+    with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+        cur.execute("REPLACE INTO gate_holder (singleton, epoch, host, pid, connection, since) VALUES "
+                    "(1, 3, 'hostb', 42, 0, UTC_TIMESTAMP(6))")
+        conn.commit()
+    rows = [(n, 1, "db", "t", "2024-05-01 10:00:00", "h:1", "INSERT", f'{{"NEW":[{{"n":{n}}}]}}') for n in (1, 2, 3)]
+    queries: list[str] = []
+    original = pymysql.connections.Connection.query
+
+    def counted(self: pymysql.connections.Connection, sql: str, *args: Any, **kwargs: Any) -> Any:
+        queries.append(sql)
+        return original(self, sql, *args, **kwargs)
+
+    def checkpoint(cur: Any) -> None:
+        cur.execute("UPDATE transfer_checkpoint SET id = 2, tid = 1")
+
+    def state() -> tuple[list[int], tuple[int, int]]:
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+            cur.execute("SELECT id FROM transfer_data ORDER BY id")
+            ids = [int(i) for (i,) in cur.fetchall()]
+            cur.execute("SELECT id, tid FROM transfer_checkpoint")
+            return ids, tuple(int(v) for v in cur.fetchone())  # type: ignore[return-value]
+
+    conn, max_packet, _ = _dc_session(dc, unique_name)
+    try:
+        monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
+        _write(conn, rows[:2], max_packet, fence=Fence(unique_name, 3))
+        in_one_round_trip(conn, checkpoint, Fence(unique_name, 3).guard())
+        assert len(queries) == 2 and all(q.startswith("BEGIN") for q in queries)  # one query each
+        assert state() == ([1, 2], (2, 1))
+        queries.clear()
+        with pytest.raises(Deposed, match=r"taken over by hostb pid 42 \(epoch 3\) while this gate \(epoch 2\)"):
+            _write(conn, rows[2:], max_packet, fence=Fence(unique_name, 2))
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            in_one_round_trip(conn, lambda cur: cur.execute("UPDATE transfer_checkpoint SET id = 3, tid = 1"),
+                              Fence(unique_name, 2).guard())
+        with pytest.raises(Deposed):
+            Fence(unique_name, 2).deposed(conn, refused.value)
+        monkeypatch.undo()
+        assert state() == ([1, 2], (2, 1))
+    finally:
+        conn.close()

@@ -124,9 +124,11 @@ class Checkpointer:
                 forget_stuck(cur, self.channel, passed)
 
         try:
-            in_one_round_trip(conn, statements, None if self.fence is None else self.fence.check)
+            in_one_round_trip(conn, statements, None if self.fence is None else self.fence.guard())
         except pymysql.err.MySQLError as exc:
             self._written_at = time.monotonic()
+            if self.fence is not None:
+                self.fence.deposed(conn, exc)
             if not is_transient(exc):
                 raise  # the pipeline stops on it, naming the DC server
             log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)

@@ -3,9 +3,11 @@
 The gate running a channel holds its named lock (``gate:CHANNEL``) on its control connection, and a row in
 ``gate_holder`` whose ``epoch`` grows at every start. The lock alone cannot fence: it belongs to one DC
 connection, and the writers, retention and the standby sampler write on their own. So every write
-transaction of those reads the epoch LOCK IN SHARE MODE (:func:`check`) and stops with :class:`Deposed` when
-it is not its own any more; a takeover raises the epoch with the row locked FOR UPDATE, so it waits for the
-write transactions in flight and every later one sees the new epoch.
+transaction of those reads the epoch LOCK IN SHARE MODE first and stops with :class:`Deposed` when it is not
+its own any more (a writer's chunk and a checkpoint send that read as the :func:`guard` statement of their
+one multi-statement query; retention and the sampler :func:`check` it); a takeover raises the epoch with the
+row locked FOR UPDATE, so it waits for the write transactions in flight and every later one sees the new
+epoch.
 
 A running gate beats its heartbeat (``gate_process.seen``, the DC's clock) every ``lease_seconds / 5``. A
 standby waits for the lock (GET_LOCK with a timeout: the DC wakes it when the lock is freed); a lock freed
@@ -18,8 +20,10 @@ itself with a session lock ``gate:CHANNEL:sN``, so the standby finds them) and t
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -114,15 +118,50 @@ def check(cur: pymysql.cursors.Cursor, channel: str, epoch: int) -> None:
         raise Deposed(deposed_message(channel, epoch, row))
 
 
+DEPOSED_SIGNAL = "gate: deposed (the channel has another epoch)"  # the guard's error message
+_ER_SIGNAL_EXCEPTION = 1644  # a SIGNAL SQLSTATE '45000'
+
+
+def guard(channel: str, epoch: int) -> str:
+    """The fence as one statement, the first of a write transaction sent in one multi-statement query: it
+    reads the holder's row LOCK IN SHARE MODE (kept until the transaction ends, as :func:`check`) and, when
+    the epoch is not ``epoch`` (or the row is gone), raises an error (SIGNAL). The server stops a
+    multi-statement query at its first error, so none of the statements after it runs, the COMMIT included:
+    no round trip of its own, and nothing written when deposed (:func:`refused` tells its error)."""
+    return (f"BEGIN NOT ATOMIC DECLARE e BIGINT; SELECT epoch INTO e FROM {q(channel)}.gate_holder WHERE singleton "
+            f"= 1 LOCK IN SHARE MODE; IF e IS NULL OR e <> {int(epoch)} THEN SIGNAL SQLSTATE '45000' SET "
+            f"MESSAGE_TEXT = '{DEPOSED_SIGNAL}'; END IF; END")
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the error of a :func:`guard` that found another epoch."""
+    return (isinstance(exc, pymysql.err.MySQLError) and len(exc.args) > 1 and exc.args[0] == _ER_SIGNAL_EXCEPTION
+            and exc.args[1] == DEPOSED_SIGNAL)
+
+
 @dataclass(frozen=True)
 class Fence:
-    """A running gate's channel and epoch, which its write transactions :meth:`check` first."""
+    """A running gate's channel and epoch, which its write transactions check first: :meth:`guard` as the
+    first statement of a multi-statement transaction, :meth:`check` as a query of its own."""
 
     channel: str
     epoch: int
 
     def check(self, cur: pymysql.cursors.Cursor) -> None:
         check(cur, self.channel, self.epoch)
+
+    def guard(self) -> str:
+        return guard(self.channel, self.epoch)
+
+    def deposed(self, conn: pymysql.Connection, exc: BaseException) -> None:
+        """After an error of a transaction that began with :meth:`guard` (rolled back): when the guard
+        refused it, raise :class:`Deposed` naming the holder now; else return."""
+        if refused(exc):
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT epoch, host, pid FROM {q(self.channel)}.gate_holder WHERE singleton = 1")
+                row = cur.fetchone()
+            conn.rollback()
+            raise Deposed(deposed_message(self.channel, self.epoch, row)) from None
 
 
 def lease_of(cur: pymysql.cursors.Cursor, channel: str) -> float:
@@ -360,6 +399,21 @@ def end_sessions(cur: pymysql.cursors.Cursor, channel: str, holder: int) -> list
     return ids
 
 
+def _end_leftovers(cur: pymysql.cursors.Cursor, channel: str, previous: HolderState) -> None:
+    """The holder that let go of the lock without a clean stop (killed, its host down) may leave statements
+    running on the DC: the server ends a connection whose client is gone only when its statement ends, and
+    until then that transaction holds the fence's share lock, which the takeover waits for. End them (the
+    session-tagged connections of the channel; the takeover only waits for them without the privilege)."""
+    try:
+        ended = end_sessions(cur, channel, previous.connection)
+    except MissingPrivileges as exc:
+        log.warning("channel %s: %s The takeover waits for their statements to end.", channel, exc)
+        return
+    if len(ended) > 1:
+        log.info("channel %s: ended %d DC connections left by %s pid %d", channel, len(ended) - 1, previous.host,
+                 previous.pid)
+
+
 def _usable(conn: pymysql.Connection, channel: str) -> bool:
     """Whether the channel exists in a schema this gate runs (False: wait for it; other errors raise)."""
     if not channel_exists(conn, channel):
@@ -371,9 +425,12 @@ def _usable(conn: pymysql.Connection, channel: str) -> bool:
     return True
 
 
-def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) -> tuple[pymysql.Connection, str] | None:
+def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event,
+             suspect: Callable[[], None] = lambda: None) -> tuple[pymysql.Connection, str] | None:
     """Wait, on one DC connection, until the channel has no live holder; then return that connection, holding
-    the channel's lock, and why the channel is free. None: ``stopping`` was set first."""
+    the channel's lock, and why the channel is free. None: ``stopping`` was set first. ``suspect`` is called
+    whenever a takeover may come soon (the lock let go without a clean stop, or the holder silent for half
+    its lease), and before returning."""
     conn: pymysql.Connection | None = None
     said = ""
     reason: str | None = None
@@ -409,6 +466,7 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                         if (previous is not None and not previous.stopped and previous.silent is not None
                                 and previous.silent <= lease):  # gone a moment ago: killed, or a broken link
                             cur.execute("SELECT RELEASE_LOCK(%s)", (lock_name(channel),))
+                            suspect()
                             say(logging.INFO, f"{previous.host} pid {previous.pid} let go of the channel without "
                                 "a clean stop; standing by until its lease runs out, should it come back")
                             stopping.wait(1.0)
@@ -418,6 +476,9 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                                       if previous.stopped else
                                       f"{previous.host} pid {previous.pid} ended without a clean stop (its DC "
                                       "connection closed: killed or crashed)")
+                        if previous is not None and not previous.stopped:
+                            _end_leftovers(cur, channel, previous)
+                        suspect()
                         return conn, reason or "no gate had run the channel"
                     cur.execute("SELECT RELEASE_LOCK(%s)", (lock_name(channel),))
                     continue
@@ -425,6 +486,8 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
                 if held is None or used_by is None or int(used_by) != held.connection:
                     say(logging.INFO, "the channel's lock is held by a gate command or a starting gate; standing by")
                     continue
+                if held.silent is None or held.silent > lease / 2:
+                    suspect()
                 if held.silent is not None and held.silent <= lease:
                     say(logging.INFO, f"standing by: {held.host} pid {held.pid} runs the channel (epoch {held.epoch})")
                     continue
@@ -453,3 +516,36 @@ def stand_by(dc: ServerConfig, channel: str, me: Me, stopping: threading.Event) 
             pass
         conn.close()
     return None
+
+
+@dataclass(frozen=True)
+class Waited:
+    """What :func:`stand_by_until_free` waited for: the DC connection holding the channel's lock and why it
+    was free (:func:`stand_by`'s answer), and whether a stop signal came since."""
+
+    held: tuple[pymysql.Connection, str]
+    stopping: threading.Event
+
+
+def stand_by_until_free(dc: ServerConfig, channel: str, modules: tuple[str, ...]) -> Waited | None:
+    """'gate run --standby' without metrics to serve: :func:`stand_by` in the main thread, before the capture's
+    ``modules`` are imported (an idle standby stays small): a thread imports them once a takeover may come
+    soon (the holder silent for half its lease, or gone), so that they are loaded when it comes. SIGTERM or
+    SIGINT ends the wait (None); one that comes after it, while the capture loads, is in ``stopping``."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    loader = threading.Thread(target=lambda: [importlib.import_module(name) for name in modules],
+                              name="gate-capture-import", daemon=True)
+
+    def suspect() -> None:
+        if loader.ident is None:
+            log.debug("channel %s: a takeover may come soon; importing the capture", channel)
+            loader.start()
+
+    found = stand_by(dc, channel, Me.here(), stopping, suspect)
+    if found is None:
+        log.info("channel %s: stopped while standing by", channel)
+        return None
+    loader.join()  # stand_by started it before it returned
+    return Waited(found, stopping)

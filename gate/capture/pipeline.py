@@ -233,7 +233,8 @@ class Pipeline:
     """Runs one channel in the foreground until :meth:`stop` (or SIGTERM/SIGINT)."""
 
     def __init__(self, dc: ServerConfig, channel: str, preflight: bool = True, metrics_port: int | None = None,
-                 metrics_address: str | None = None, standby: bool = False) -> None:
+                 metrics_address: str | None = None, standby: bool = False,
+                 held: tuple[pymysql.Connection, str] | None = None) -> None:
         q(channel)
         self.dc = dc
         self.channel = channel
@@ -258,6 +259,7 @@ class Pipeline:
         self._stuck: list[int] = []  # ids of stuck_row notes above the checkpoint, left by an earlier run
         self._on_rows_without_events = "snapshot"  # the channel's setting, read at start and with the filter
         self.standby = standby  # wait until the channel has no live holder, then take it over
+        self._waited = held  # a standby that waited already (holder.stand_by_until_free): its lock and reason
         self.me = Me.here()
         self._epoch: int | None = None  # this run's epoch in gate_holder, once it holds the channel
         self._claim: int | None = None  # the epoch start-up takes, read with the lock held, until it is committed
@@ -526,7 +528,9 @@ class Pipeline:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._signalled())
         try:
-            if self.standby:
+            if self.standby and self._waited is not None:
+                self._ctl = self._held(*self._waited)
+            elif self.standby:
                 self.metrics.standing_by = True
                 if self.metrics_port:  # given on the command line: served while standing by too
                     self.metrics_server = MetricsServer(self.metrics, self.metrics_address or "127.0.0.1",

@@ -142,25 +142,27 @@ def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGES
     """One DC transaction, its INSERTs and COMMIT in as few round trips as the packet size allows (one for a
     chunk of up to MAX_STATEMENT characters): the server runs a multi-statement query's statements in order
     and stops at the first error, so the COMMIT runs only after every INSERT succeeded. ``fence`` (this run's
-    epoch, see gate.capture.holder; None in tests of the writer alone) is checked first, a round trip of its
-    own: autocommit is off, so its SELECT ... LOCK IN SHARE MODE opens the transaction and its lock holds to
-    that COMMIT. ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
+    epoch, see gate.capture.holder; None in tests of the writer alone) is its first statement, in the same
+    query (:meth:`Fence.guard`): autocommit is off, so its SELECT ... LOCK IN SHARE MODE opens the transaction
+    and its lock holds to that COMMIT, and when the epoch is another one it fails, nothing after it runs and
+    :class:`Deposed` is raised. ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
     statements = insert_statements(rows, max_packet)  # a row too large raises before anything is sent
     if resolved is not None:
         statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}")
+    head = [] if fence is None else [fence.guard()]
     try:
         with conn.cursor() as cur:
-            if fence is not None:
-                fence.check(cur)
-            for query in round_trips(statements + ["COMMIT"], max_packet):
+            for query in round_trips(head + statements + ["COMMIT"], max_packet):
                 cur.execute(query)
                 while cur.nextset():
                     pass
-    except BaseException:
+    except BaseException as exc:
         try:
             conn.rollback()
         except pymysql.err.Error:
             pass
+        if fence is not None:
+            fence.deposed(conn, exc)
         raise
 
 

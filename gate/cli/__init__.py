@@ -1,11 +1,14 @@
 """The ``gate`` command line: :mod:`gate.cli.app` holds the root group, and one module per command
-group adds its commands to it here."""
+group holds its commands, imported when the command is used (:class:`gate.cli.app.GateGroup`)."""
 
-from gate.cli import channel, consume, consumer, run, sandbox, snapshot, source, verify
 from gate.cli.app import main
 
-for _command in (sandbox.sandbox, channel.channel, consumer.consumer, source.check_source, run.run, run.status,
-                 snapshot.snapshot, verify.verify, consume.tail, consume.spark_load, consume.spark_materialise):
-    main.add_command(_command)
+main.lazy.update({
+    "sandbox": "gate.cli.sandbox:sandbox", "channel": "gate.cli.channel:channel",
+    "consumer": "gate.cli.consumer:consumer", "check-source": "gate.cli.source:check_source",
+    "run": "gate.cli.run:run", "status": "gate.cli.run:status", "snapshot": "gate.cli.snapshot:snapshot",
+    "verify": "gate.cli.verify:verify", "tail": "gate.cli.consume:tail", "spark-load": "gate.cli.consume:spark_load",
+    "spark-materialise": "gate.cli.consume:spark_materialise",
+})
 
 __all__ = ["main"]

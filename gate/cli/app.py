@@ -10,21 +10,24 @@ a traceback.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import pymysql
 
-from gate.admin.preflight import Problem, describe_failure, describe_tls
 from gate.common.config import Config, ServerConfig, load_config
 from gate.common.dc import GATE_VERSION
 from gate.common.errors import GateError, NotConfirmed, PreflightFailed, ServerRefused
 from gate.common.retry import is_transient
 from gate.common.tls import MODES
+
+if TYPE_CHECKING:
+    from gate.admin.preflight import Problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -141,7 +144,36 @@ def pairs(data: dict[str, Any]) -> str:
 
 
 class GateGroup(click.Group):
-    """The root group: turns gate's errors (and server errors) into one message and an exit status."""
+    """The root group: turns gate's errors (and server errors) into one message and an exit status. Its
+    commands are imported when first used (``lazy``: name -> "module:attribute"), so that a command loads
+    only its own modules: 'gate run --standby' stands by small (docs/dba/several-hosts.md)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.lazy: dict[str, str] = {}
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, click.Command]:
+        """Every command, each imported."""
+        for name in list(self.lazy):
+            self._load(name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._commands = value
+
+    def _load(self, name: str) -> None:
+        module, attribute = self.lazy.pop(name).split(":")
+        self._commands[name] = getattr(importlib.import_module(module), attribute)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            self._load(cmd_name)
+        return self._commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self._commands, *self.lazy})
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -180,6 +212,8 @@ def main(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
 
 def report_checks(app: App, results: list[dict[str, Any]]) -> None:
     """Print preflight results; fail (status 1) if any server has a fatal problem."""
+    from gate.admin.preflight import describe_failure, describe_tls
+
     failed = [r for r in results if any(p.fatal for p in r["problems"])]
     if app.as_json:
         click.echo(json.dumps([{**r, "ok": r not in failed, "problems": [asdict(p) for p in r["problems"]]}

@@ -7,10 +7,8 @@ import sys
 
 import click
 
-from gate.admin.status import channel_status
-from gate.capture.pipeline import Pipeline
+from gate.capture.holder import stand_by_until_free
 from gate.cli.app import App, pairs, table
-from gate.cli.snapshot import status_table
 from gate.common.config import LIMITS, check_identifier
 from gate.common.errors import InvalidValue
 
@@ -93,8 +91,19 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     """
     check_identifier(channel, "channel name")
     setup_logging(app.config.log.level)
-    Pipeline(app.dc, channel, preflight=not no_check, metrics_port=metrics_port,
-             metrics_address=metrics_address, standby=standby).run()
+    waited = None
+    if standby and not metrics_port:  # nothing to serve while it waits: the capture's modules load at takeover
+        waited = stand_by_until_free(app.dc, channel, ("gate.capture.pipeline",))
+        if waited is None:
+            return
+    from gate.capture.pipeline import Pipeline
+
+    pipeline = Pipeline(app.dc, channel, preflight=not no_check, metrics_port=metrics_port,
+                        metrics_address=metrics_address, standby=standby,
+                        held=None if waited is None else waited.held)
+    if waited is not None and waited.stopping.is_set():  # a stop signal came while the capture loaded
+        pipeline.stop()
+    pipeline.run()
 
 
 @click.command()
@@ -135,6 +144,9 @@ def status(app: App, channel: str, sample: float) -> None:
     check_identifier(channel, "channel name")
     if not 0 <= sample <= MAX_SAMPLE:
         raise InvalidValue(f"--sample must be a number of seconds from 0 (no sample) to {MAX_SAMPLE}, not {sample}.")
+    from gate.admin.status import channel_status
+    from gate.cli.snapshot import status_table
+
     result = channel_status(app.dc, channel, sample).as_dict()
     switches, stuck, stale, pending, stop, skipped = (result["switches"], result["stuck_rows"],
                                                       result["stale_consumers"], result["snapshots"],

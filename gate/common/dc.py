@@ -174,44 +174,23 @@ class Batch(pymysql.cursors.Cursor):
 ONE_PACKET = 1 << 20  # bytes per query of in_one_round_trip: within any DC's max_allowed_packet gate accepts
 
 
-class _Begun(pymysql.cursors.Cursor):
-    """A cursor whose first statement is sent after BEGIN, in the same query: the transaction opens without
-    a round trip of its own, and that statement's result is the one the cursor then holds."""
-
-    _begun = False
-
-    def execute(self, query: str, args: Any = None) -> int:
-        if self._begun:
-            return super().execute(query, args)
-        self._begun = True
-        super().execute("BEGIN; " + self.mogrify(query, args))
-        self.nextset()
-        return self.rowcount
-
-
 def in_one_round_trip(conn: pymysql.Connection, fill: Callable[[pymysql.cursors.Cursor], None],
-                      first: Callable[[pymysql.cursors.Cursor], None] | None = None) -> list[int]:
+                      first: str | None = None) -> list[int]:
     """Run the statements ``fill`` gives its cursor as one DC transaction, sent with BEGIN and COMMIT as one
     multi-statement query (``conn`` is opened with CLIENT.MULTI_STATEMENTS), so one round trip unless they
     exceed ONE_PACKET. The server stops a multi-statement query at its first error, so the COMMIT runs only
     after every statement succeeded; an error rolls back and is raised. Returns the rows each statement
     affected, in order.
 
-    ``first`` (the fence: it reads what its statement returns, and may raise) runs in the same transaction
-    before them: BEGIN and its statement are sent first, its answer read, then the batch with the COMMIT and
-    no BEGIN of its own (a BEGIN in an open transaction would commit it, and end the locks ``first`` took).
-    That costs one more round trip."""
+    ``first`` (the fence, see gate.capture.holder.guard: it raises an error when the gate is deposed) goes
+    right after the BEGIN, in the same query: nothing after it runs when it fails."""
     batch = Batch(conn)
     fill(batch)
+    head = ["BEGIN"] if first is None else ["BEGIN", first]
     counts: list[int] = []
     try:
-        with conn.cursor(_Begun if first is not None else None) as cur:
-            if first is not None:
-                first(cur)
-                statements = [*batch.statements, "COMMIT"]
-            else:
-                statements = ["BEGIN", *batch.statements, "COMMIT"]
-            for query in round_trips(statements, ONE_PACKET):
+        with conn.cursor() as cur:
+            for query in round_trips([*head, *batch.statements, "COMMIT"], ONE_PACKET):
                 cur.execute(query)
                 counts.append(cur.rowcount)
                 while cur.nextset():
@@ -222,7 +201,7 @@ def in_one_round_trip(conn: pymysql.Connection, fill: Callable[[pymysql.cursors.
         except (pymysql.err.Error, OSError):
             pass  # the connection is gone: so is its transaction
         raise
-    return counts[:-1] if first is not None else counts[1:-1]
+    return counts[len(head):-1]
 
 
 def channel_exists(conn: pymysql.Connection, name: str) -> bool:

@@ -1,6 +1,7 @@
 """A channel's gate on two "hosts": the cost of an idle standby, the takeover time, and the cost of fencing.
 
     .venv/bin/python scripts/bench/standby.py [--takeovers 10] [--lease 5] [--idle-seconds 30] [--json FILE]
+        [--only idle|takeovers|fence] [--dc-latency MS]
 
 On private sandbox servers (a source and a DC), under a steady load on the source (one small transaction
 every 20 ms), two `gate run` processes of one channel, each with its own folder and config:
@@ -12,8 +13,10 @@ every 20 ms), two `gate run` processes of one channel, each with its own folder 
              connections, takes over). From the signal to the new holder's takeover (gate_holder) and to
              the first checkpoint it stores (the channel moving again). The old one is then killed and
              started again as the next standby.
-  fence      the writer's DC transaction of a 1000-row chunk with and without the fence (the holder's row
-             read LOCK IN SHARE MODE first), in ABBA order, 500 chunks each: rows/s of the median chunk of both.
+  fence      the writer's DC transaction of a 1000-row chunk without the fence, with it (the holder's row read
+             LOCK IN SHARE MODE in the chunk's query, gate's way) and with it as a query of its own (the way
+             before), in turns, 500 chunks each: rows/s of the median chunk of each; with --dc-latency MS also
+             through a proxy adding MS to each round trip (--fence-chunks-at-latency chunks each).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ import psutil
 import pymysql
 from memory import smaps_rollup  # beside this script
 
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repository: tests.linkproxy
 from gate.capture.holder import Fence, take_over
 from gate.capture.holder import Me as Holder
 from gate.capture.reader import current_position
@@ -42,6 +47,7 @@ from gate.capture.writer import _dc_session, _write
 from gate.common.config import ChannelDefaults
 from gate.common.dc import ChannelSettings, connect, create_channel, take_lock, write_start_position
 from gate.devtools.sandbox import MariaDBServer, Sandbox
+from tests.linkproxy import LinkProxy  # noqa: E402
 
 GATE = str(Path(sys.executable).with_name("gate"))
 CHANNEL = "bench_standby"
@@ -142,32 +148,51 @@ def takeovers(box: Sandbox, workdir: Path, count: int, how: signal.Signals) -> d
     return {"to_holder_s": figures(to_holder), "to_first_checkpoint_s": figures(to_checkpoint)}
 
 
-def fence_cost(box: Sandbox, chunks: int = 500) -> dict[str, float]:
-    """The writer's transaction of a 1000-row chunk, with and without the fence, in ABBA order; the median
-    chunk of each (the machine's other work makes sums noisy)."""
+FENCES = ("without", "guard", "check")  # no fence; in the chunk's query (gate's); a query of its own before it
+
+
+def fence_cost(box: Sandbox, chunks: int = 500, latency_ms: float = 0.0) -> dict[str, Any]:
+    """The writer's transaction of a 1000-row chunk without the fence, with it in the same query (gate's way,
+    holder.guard) and with it as a query of its own before the chunk (holder.check, the way before), in
+    turns A B C C B A (an order effect cancels out); the median chunk of each (the machine's other work makes
+    sums noisy). ``latency_ms``: through a proxy adding that much to each round trip to the DC."""
     config = box.dc.config()
-    with connect(config, "DC", CHANNEL) as ctl:
-        take_lock(ctl, CHANNEL)
-        epoch, _ = take_over(ctl, CHANNEL, Holder("bench", os.getpid()), False)
-        conn, packet = _dc_session(config, CHANNEL)
-        fence = Fence(CHANNEL, epoch)
-        seconds: dict[str, list[float]] = {"with": [], "without": []}
-        row_id = 10**9
-        for n in range(2 * chunks):
-            mode = "with" if n % 4 in (0, 3) else "without"  # ABBA: an order effect cancels out
-            rows = [(row_id + i, n + 10**8, DB, "t", "2024-01-01 00:00:00", "bench", "INSERT",
-                     json.dumps({"NEW": [{"id": row_id + i}, {"v": "x" * 100}]})) for i in range(1000)]
-            row_id += 1000
-            started = time.perf_counter()
-            _write(conn, rows, packet, None, fence if mode == "with" else None)
-            seconds[mode].append(time.perf_counter() - started)
-        with conn.cursor() as cur:
-            cur.execute("DELETE FROM transfer_data WHERE id >= %s", (10**9,))
-        conn.commit()
-        conn.close()
+    link = LinkProxy(box.dc.port) if latency_ms else None
+    if link is not None:
+        link.delay = latency_ms / 2000
+        config = replace(config, port=link.port)
+    try:
+        with connect(config, "DC", CHANNEL) as ctl:
+            take_lock(ctl, CHANNEL)
+            epoch, _ = take_over(ctl, CHANNEL, Holder("bench", os.getpid()), False)
+            conn, packet, _ = _dc_session(config, CHANNEL)
+            fence = Fence(CHANNEL, epoch)
+            seconds: dict[str, list[float]] = {mode: [] for mode in FENCES}
+            row_id = 10**9
+            turns = [*FENCES, *reversed(FENCES)]
+            for n in range(len(FENCES) * chunks):
+                mode = turns[n % len(turns)]
+                rows = [(row_id + i, n + 10**8, DB, "t", "2024-01-01 00:00:00", "bench", "INSERT",
+                         json.dumps({"NEW": [{"id": row_id + i}, {"v": "x" * 100}]})) for i in range(1000)]
+                row_id += 1000
+                started = time.perf_counter()
+                if mode == "check":
+                    with conn.cursor() as cur:
+                        fence.check(cur)  # autocommit is off: the chunk's INSERTs go on in its transaction
+                _write(conn, rows, packet, None, fence if mode == "guard" else None)
+                seconds[mode].append(time.perf_counter() - started)
+            with conn.cursor() as cur:
+                cur.execute("DELETE FROM transfer_data WHERE id >= %s", (10**9,))
+            conn.commit()
+            conn.close()
+    finally:
+        if link is not None:
+            link.close()
     rates = {mode: round(1000 / statistics.median(times)) for mode, times in seconds.items()}
-    return {"rows_per_s_with_fence": rates["with"], "rows_per_s_without": rates["without"],
-            "ratio": round(rates["with"] / rates["without"], 3)}
+    return {"dc_latency_ms": latency_ms, "chunks_each": chunks, "rows_per_s_without": rates["without"],
+            "rows_per_s_with_fence": rates["guard"], "ratio": round(rates["guard"] / rates["without"], 3),
+            "rows_per_s_fence_in_its_own_query": rates["check"],
+            "ratio_fence_in_its_own_query": round(rates["check"] / rates["without"], 3)}
 
 
 def main() -> int:
@@ -176,6 +201,9 @@ def main() -> int:
     parser.add_argument("--lease", type=float, default=5.0)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--dc-latency", type=float, default=0.0, metavar="MS",
+                        help="the fence's cost also through a proxy adding MS to each round trip to the DC")
+    parser.add_argument("--fence-chunks-at-latency", type=int, default=40)
     parser.add_argument("--only", choices=("idle", "takeovers", "fence"), help="run one part alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gate-standby-") as tmp:
@@ -210,6 +238,8 @@ def main() -> int:
             stop.set()
             if args.only in (None, "fence"):
                 result["fence"] = fence_cost(box)
+                if args.dc_latency:
+                    result["fence_at_latency"] = fence_cost(box, args.fence_chunks_at_latency, args.dc_latency)
         finally:
             stop.set()
             box.down()
