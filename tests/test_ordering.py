@@ -321,7 +321,7 @@ def test_checkpointer_is_due_as_soon_as_a_boundary_is_reachable_and_after_a_slow
     started = time.monotonic()
     assert cp.wait_due(stop)
     assert 0.04 <= time.monotonic() - started < 0.15  # woken by the boundary, not at the next 0.2 s poll
-    monkeypatch.setattr(checkpoint, "in_one_round_trip", lambda conn, fill, first=None: time.sleep(0.3) or [])
+    monkeypatch.setattr(checkpoint, "in_one_round_trip", lambda conn, fill, first=None: (time.sleep(0.3), fill(Sink())))
     cp.add(2, state(2), has_rows=True)
     assert cp.write(None)  # type: ignore[arg-type]  # the DC's 0.3 s round trip, faked above
     assert cp.state == state(1)
@@ -331,6 +331,45 @@ def test_checkpointer_is_due_as_soon_as_a_boundary_is_reachable_and_after_a_slow
     assert time.monotonic() - started < 0.05  # the write began more than an interval ago: at once
     stop.set()
     assert not cp.wait_due(stop)
+
+
+class Sink:
+    """A cursor that takes statements and sends nothing (what in_one_round_trip's ``fill`` is given)."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, Any]] = []
+
+    def execute(self, query: str, args: Any = None) -> int:
+        self.statements.append((query, args))
+        return 0
+
+    def executemany(self, query: str, args: Any) -> int:
+        self.statements.extend((query, a) for a in args)
+        return 0
+
+
+def test_a_checkpoint_stores_the_boundary_reached_while_its_fence_was_checked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fence's check is a round trip of its own before the checkpoint's statements: a chunk committed
+    during it goes with this checkpoint (its boundary is taken once the check has answered), not with the
+    next one, a whole write later (at 300 ms, 0.6 s of lag)."""
+    fence = SimpleNamespace(check=lambda cur: None)
+    cp = Checkpointer("ch", state(0), interval=0.0, fence=fence)  # type: ignore[arg-type]
+    cp.add(1, state(1), has_rows=True)
+    cp.add(2, state(2), has_rows=True)
+    cp.committed([1])
+    sent = Sink()
+
+    def one_round_trip(conn: object, fill: Any, first: Any = None) -> list[int]:
+        first(sent)  # the fence's round trip: chunk 2 is committed meanwhile
+        cp.committed([2])
+        fill(sent)
+        return []
+
+    monkeypatch.setattr(checkpoint, "in_one_round_trip", one_round_trip)
+    assert cp.write(None)  # type: ignore[arg-type]
+    assert cp.state == state(2) and cp.target is None and cp.pending == 0
+    assert sent.statements[0] == ("UPDATE `ch`.transfer_checkpoint SET id = %s, tid = %s", (2, 2))
 
 
 # --- sequencer ----------------------------------------------------------------------------------

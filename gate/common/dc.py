@@ -193,16 +193,18 @@ def in_one_round_trip(conn: pymysql.Connection, fill: Callable[[pymysql.cursors.
     ``first`` (the fence: it reads what its statement returns, and may raise) runs in the same transaction
     before them: BEGIN and its statement are sent first, its answer read, then the batch with the COMMIT and
     no BEGIN of its own (a BEGIN in an open transaction would commit it, and end the locks ``first`` took).
-    That costs one more round trip."""
+    That costs one more round trip; ``fill`` is called once ``first`` has answered (what it writes may have
+    moved on meanwhile: the checkpoint's boundary)."""
     batch = Batch(conn)
-    fill(batch)
     counts: list[int] = []
     try:
         with conn.cursor(_Begun if first is not None else None) as cur:
             if first is not None:
                 first(cur)
+                fill(batch)
                 statements = [*batch.statements, "COMMIT"]
             else:
+                fill(batch)
                 statements = ["BEGIN", *batch.statements, "COMMIT"]
             for query in round_trips(statements, ONE_PACKET):
                 cur.execute(query)
