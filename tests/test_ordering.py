@@ -3,12 +3,15 @@ chunks and checkpoint boundaries out, whatever order the decoders finish in."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from gate.capture import checkpoint
 from gate.capture.checkpoint import Checkpointer
 from gate.capture.decoder import Job
 from gate.capture.ordering import Ordering
@@ -305,6 +308,44 @@ def test_checkpointer_counts_a_chunk_without_rows_as_committed() -> None:
     assert cp.target is None
     cp.committed([1])
     assert cp.target == state(2) and cp.due()
+
+
+def test_checkpointer_is_due_as_soon_as_a_boundary_is_reachable_and_after_a_slow_write_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint thread waits for a reachable boundary, not for its next poll, and a write that took
+    longer than the interval (a long round trip to the DC) is followed at once by the next: at 300 ms a
+    chunk's boundary used to wait a poll (up to the interval) after each write, on top of the round trips."""
+    cp = Checkpointer("ch", state(0), interval=0.2)
+    stop = threading.Event()
+    threading.Timer(0.05, lambda: (cp.add(1, state(1), has_rows=True), cp.committed([1]))).start()
+    started = time.monotonic()
+    assert cp.wait_due(stop)
+    assert 0.04 <= time.monotonic() - started < 0.15  # woken by the boundary, not at the next 0.2 s poll
+    monkeypatch.setattr(checkpoint, "in_one_round_trip", lambda conn, fill, first=None: (time.sleep(0.3), fill(Sink())))
+    cp.add(2, state(2), has_rows=True)
+    assert cp.write(None)  # type: ignore[arg-type]  # the DC's 0.3 s round trip, faked above
+    assert cp.state == state(1)
+    cp.committed([2])  # reached while the write was under way
+    started = time.monotonic()
+    assert cp.wait_due(stop)
+    assert time.monotonic() - started < 0.05  # the write began more than an interval ago: at once
+    stop.set()
+    assert not cp.wait_due(stop)
+
+
+class Sink:
+    """A cursor that takes statements and sends nothing (what in_one_round_trip's ``fill`` is given)."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, Any]] = []
+
+    def execute(self, query: str, args: Any = None) -> int:
+        self.statements.append((query, args))
+        return 0
+
+    def executemany(self, query: str, args: Any) -> int:
+        self.statements.extend((query, a) for a in args)
+        return 0
 
 
 # --- sequencer ----------------------------------------------------------------------------------

@@ -275,27 +275,32 @@ def test_columns_for_create_like_come_from_the_source_and_an_outage_is_a_source_
     assert 0.5 <= time.monotonic() - started < 10
 
 
-def test_start_up_takes_three_round_trips_to_the_dc_after_connecting(
+def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_connecting(
         sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over a slow DC link each round trip of the start-up counts (28 of them before, 8 s at 300 ms): the reading
-    thread opens the control connection and then asks the DC three times, each a multi-statement query: the
-    server checked and the lock taken; the schema version, settings, resume state, notes and the channel's
-    holder read; the channel taken over (a new epoch, first in the transaction) and the DC made consistent
-    (rows above the checkpoint removed, runner record, the last error cleared). Nothing else until the data is
-    in, checkpointed and exact."""
+    """Over a slow link each round trip of the start-up counts (28 to the DC before, 8 s at 300 ms): the reading
+    thread opens the control connection (without PyMySQL's SET NAMES after the login) and then asks the DC twice,
+    each a multi-statement query: the character set, the server checked, the lock taken and the schema
+    version, settings, resume state, notes and the channel's holder read; then the channel taken over (a new
+    epoch, first in the transaction) and the DC made consistent (rows above the checkpoint removed, runner
+    record, the last error cleared). The source is asked once after its login: its server checked, its
+    server_id, binlog expiry and binary logs; then the binlog stream's connection sets its character set,
+    checksum and heartbeat in one SET, and the library's capability (it used to be four connections, the
+    library's control connection among them, and eleven round trips after their logins). Nothing else until
+    the data is in, checkpointed and exact."""
     import pymysql.connections
 
     from tests.replay import _THREADS
 
     db = f"src_{unique_name}"
-    calls: list[tuple[threading.Thread, str, str]] = []
-    for name in ("connect", "query"):
+    calls: list[tuple[threading.Thread, int, str]] = []  # each connection's login and each command it sends
+    for name in ("connect", "_execute_command"):
         original = getattr(pymysql.connections.Connection, name)
 
         def counted(self: pymysql.connections.Connection, *args: object, _name: str = name,
                     _original: Callable[..., object] = original) -> object:
-            if self.port == sandbox.dc.port:
-                calls.append((threading.current_thread(), _name, str(args[0])[:40] if args else ""))
+            sql = args[1] if _name == "_execute_command" else "connect"
+            calls.append((threading.current_thread(), self.port,
+                          sql.decode() if isinstance(sql, bytes) else str(sql)))
             return _original(self, *args)
 
         monkeypatch.setattr(pymysql.connections.Connection, name, counted)
@@ -308,10 +313,17 @@ def test_start_up_takes_three_round_trips_to_the_dc_after_connecting(
         with running(dc, unique_name) as pipeline:
             wait_caught_up(sandbox.source, sandbox.dc, unique_name)
             reading = _THREADS[id(pipeline)]
-            startup = [(what, sql) for thread, what, sql in calls if thread is reading]
-    assert [what for what, _ in startup] == ["connect", "query", "query", "query"], startup
-    assert startup[1][1].startswith("SELECT @@version, @@version_comment;")
-    assert startup[3][1].startswith("BEGIN;REPLACE INTO ")  # gate_holder's row: the takeover
+            to_dc = [sql for thread, port, sql in calls if thread is reading and port == sandbox.dc.port]
+            to_source = [sql for thread, port, sql in calls if thread is reading and port == sandbox.source.port]
+    assert len(to_dc) == 3, to_dc
+    assert to_dc[0] == "connect"
+    assert to_dc[1].startswith("SET NAMES utf8mb4;SELECT @@version, @@version_comment;SELECT GET_LOCK(")
+    assert to_dc[2].startswith("BEGIN;REPLACE INTO ")  # gate_holder's row: the takeover
+    assert to_source == [  # then the binlog dump, a command of the library's own; no control connection
+        "connect", "SET NAMES utf8mb4;SELECT @@version, @@version_comment;SELECT @@server_id, "
+        "@@binlog_expire_logs_seconds;SHOW BINARY LOGS",
+        "connect", "SET NAMES utf8, @master_binlog_checksum = 'NONE', @master_heartbeat_period = 100000000",
+        "SET @mariadb_slave_capability=4"]
     assert [(r[0], r[1], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)] == [
         (1, 1, "INSERT", {"NEW": [{"id": "1"}]}), (2, 1, "INSERT", {"NEW": [{"id": "2"}]})]
     with sandbox.dc.connect(unique_name) as dconn, dconn.cursor() as cur:

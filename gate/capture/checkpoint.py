@@ -57,7 +57,8 @@ class Checkpointer:
     _target: ResumeState | None = None
     _resolved: list[str] = field(default_factory=list)  # xids resolved at or below _target
     _notes: list[Note] = field(default_factory=list)  # snapshot progress at or below _target
-    _written_at: float = 0.0
+    _written_at: float = 0.0  # when the last checkpoint write began (when a failed one ended)
+    _moved: threading.Event = field(default_factory=threading.Event)  # a new boundary became reachable
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the reading thread's records, the writes
 
     def add(self, seq: int, boundary: ResumeState | None, has_rows: bool, resolved: list[str] | None = None,
@@ -83,6 +84,7 @@ class Checkpointer:
             self._index.pop(chunk.seq, None)
             if chunk.boundary is not None:
                 self._target = chunk.boundary
+                self._moved.set()
             self._resolved.extend(chunk.resolved)
             self._notes.extend(chunk.notes)
 
@@ -103,18 +105,37 @@ class Checkpointer:
     def due(self) -> bool:
         return self._target is not None and time.monotonic() - self._written_at >= self.interval
 
+    def wait_due(self, stop: threading.Event) -> bool:
+        """Wait until a checkpoint is due (True) or ``stop`` is set (False): as soon as a new boundary is
+        reachable, but at most one write begun per ``interval``; a write that takes longer than that (a long round
+        trip to the DC) is followed at once by the next, not a poll later."""
+        while not stop.is_set():
+            if self._target is not None:
+                left = self._written_at + self.interval - time.monotonic()
+                if left <= 0:
+                    return True
+                stop.wait(left)
+            else:
+                self._moved.wait(self.interval)
+                self._moved.clear()
+        return False
+
     def write(self, conn: pymysql.Connection) -> bool:
         """Store the newest reachable boundary in one DC transaction, sent in one round trip (``conn`` takes
         multi-statement queries); False (retried later) if the DC connection broke. Any other error of the
-        DC is raised."""
-        with self._lock:
-            target, resolved, notes = self._target, self._resolved[:], self._notes[:]
-        if target is None:
+        DC is raised. With a fence, its check goes first in the same query (see gate.capture.holder.guard)."""
+        if self._target is None:
             return True
-        marker = self.marker_pending
-        passed = [row_id for row_id in self.stuck if row_id <= target.id]
+        begun = time.monotonic()
+        taken: list[tuple[ResumeState, list[str], list[Note], bool, list[int]]] = []
 
         def statements(cur: pymysql.cursors.Cursor) -> None:
+            with self._lock:  # only this thread clears _target: it is still set, or newer
+                target, resolved, notes = self._target, self._resolved[:], self._notes[:]
+            assert target is not None
+            marker = self.marker_pending
+            passed = [row_id for row_id in self.stuck if row_id <= target.id]
+            taken.append((target, resolved, notes, marker, passed))
             write_resume(cur, self.channel, target)
             forget(cur, self.channel, resolved)
             record(cur, self.channel, notes)
@@ -133,6 +154,7 @@ class Checkpointer:
                 raise  # the pipeline stops on it, naming the DC server
             log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)
             return False
+        target, resolved, notes, _marker, _passed = taken[-1]
         with self._lock:
             self.state = target
             del self._resolved[:len(resolved)]
@@ -141,5 +163,5 @@ class Checkpointer:
             self.stuck = [row_id for row_id in self.stuck if row_id > target.id]
             if self._target is target:
                 self._target = None
-            self._written_at = time.monotonic()
+            self._written_at = begun
         return True

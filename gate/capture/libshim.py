@@ -27,6 +27,12 @@ gate touches the library's private names. What gate relies on, and why:
   a replica. :class:`OwnedStream` always announces that it reads checksums (asking for none on the
   server's first, made-up Rotate event) and follows each file's Format Description event, as a MariaDB
   replica does.
+- ``BinLogStreamReader._BinLogStreamReader__connect_to_ctl``, ``__connected_ctl``, ``__connection_settings``
+  and ``_ctl_connection_settings``: the library opens its control connection before the first event (a login,
+  several round trips over a slow link) although gate's streams ask it nothing (the column names are in the
+  table maps); :class:`LazyControl` opens it only at a first query. The library's heartbeat SET goes into
+  gate's first SET of the stream (with its SET NAMES: the stream connection is opened ``names_later``), and
+  its three MariaDB GTID SETs are one.
 - ``BinLogStreamReader._BinLogStreamReader__check_optional_meta_data`` and ``__optional_meta_data``: the
   library parses a table map's optional metadata (column names, signedness, charsets, ENUM and SET
   labels) only when the server's binlog_row_metadata was FULL when it connected; gate parses whatever each
@@ -57,7 +63,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from pymysql.connections import DEFAULT_CHARSET
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysql.cursors import DictCursor
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import BinLogEvent, FormatDescriptionEvent
@@ -71,6 +79,7 @@ from gate.capture.compressed import (
     CompressedEventError,
     inflate_event,
 )
+from gate.common.connection import set_names
 from gate.common.errors import StreamLost, UnsupportedEvent
 
 ROW_EVENT_CLASSES = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent})
@@ -105,8 +114,15 @@ class OwnedStream(BinLogStreamReader):
         """The library's keyword arguments; Format Description events are read (and not yielded) whatever
         ``only_events`` asks. ``admit(header)``: called, before the library sees it, for every event the server
         sends whose type is not in ``handled`` (compressed types are always inflated, never just passed);
-        raises for one that must stop the stream."""
-        super().__init__(**{**kwargs, "only_events": [*kwargs["only_events"], FormatDescriptionEvent]})
+        raises for one that must stop the stream. The stream's connection is opened ``names_later`` (its SET
+        NAMES goes with the first SET, as its heartbeat period does, see ``__checksum_enabled``) and without
+        PyMySQL's SET AUTOCOMMIT after the login (a binlog stream runs no transaction)."""
+        settings = kwargs["connection_settings"]
+        heartbeat = kwargs.pop("slave_heartbeat", None)  # as the library would set it, in gate's first SET
+        net_timeout = float(settings.get("read_timeout", 4294967))
+        self._heartbeat_ns = int(min(net_timeout / 2.0, heartbeat, 4294967) * 1e9) if heartbeat else None
+        super().__init__(**{**kwargs, "only_events": [*kwargs["only_events"], FormatDescriptionEvent],
+                            "connection_settings": {**settings, "names_later": True, "autocommit": None}})
         self._admit = admit
         self._handled = frozenset(handled) - UNCOMPRESSED_TYPE.keys()
 
@@ -138,10 +154,24 @@ class OwnedStream(BinLogStreamReader):
         """Tell the server that gate reads checksummed binlogs (else it refuses to send them) and that its
         first, made-up Rotate event should carry none: from there on each file's Format Description event
         says (:meth:`fetchone`). Returns whether the events before the first such event carry one."""
-        cur = self._stream_connection.cursor()
-        cur.execute("SET @master_binlog_checksum = 'NONE'")
+        connection = self._stream_connection
+        heartbeat = "" if self._heartbeat_ns is None else f", @master_heartbeat_period = {self._heartbeat_ns}"
+        cur = connection.cursor()  # the connection's first query: its SET NAMES too (names_later)
+        cur.execute(f"{set_names(connection)}, @master_binlog_checksum = 'NONE'{heartbeat}")
         cur.close()
         return False
+
+    def _BinLogStreamReader__connect_to_ctl(self) -> None:  # noqa: N802
+        """The library's control connection, opened only when the library asks it a query (the column names of
+        a table map without them, which gate then refuses): the library opened it before the first event, a
+        login's round trips on the way to reading. What it tells without a query (its charset, whether the
+        server is MariaDB) is what the library's would tell."""
+        settings = dict(self._ctl_connection_settings or self._BinLogStreamReader__connection_settings)
+        settings.pop("names_later", None)
+        settings.update(db="information_schema", cursorclass=DictCursor, autocommit=True)
+        self._ctl_connection = LazyControl(self.pymysql_wrapper, settings, self._stream_connection)
+        self._BinLogStreamReader__connected_ctl = True
+        self._BinLogStreamReader__check_optional_meta_data()
 
     def _BinLogStreamReader__check_optional_meta_data(self) -> None:  # noqa: N802
         """Parse the optional metadata of every table map, whatever binlog_row_metadata is now."""
@@ -186,10 +216,9 @@ class OwnedStream(BinLogStreamReader):
 
     def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
         """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""
-        cur = self._stream_connection.cursor()
-        cur.execute("SET @slave_connect_state = %s", (self.auto_position,))
-        cur.execute("SET @slave_gtid_strict_mode=1")
-        cur.execute("SET @slave_gtid_ignore_duplicates=0")
+        cur = self._stream_connection.cursor()  # one SET, not the library's three round trips
+        cur.execute("SET @slave_connect_state = %s, @slave_gtid_strict_mode = 1, @slave_gtid_ignore_duplicates = 0",
+                    (self.auto_position,))
         cur.close()
         flags = 0 if self._BinLogStreamReader__blocking else 0x01
         payload = (
@@ -289,6 +318,31 @@ class StreamFormat:
         return cls(stream.mysql_version, stream._BinLogStreamReader__use_checksum,
                    stream._BinLogStreamReader__optional_meta_data, stream._BinLogStreamReader__post_header_lengths,
                    stream._ctl_connection.charset, stream._ctl_connection._get_dbms())
+
+
+class LazyControl:
+    """The library's control connection (:meth:`OwnedStream._BinLogStreamReader__connect_to_ctl`), opened with
+    ``settings`` at its first query; its charset and server kind come without one (the kind from ``stream``,
+    the stream's connection to the same server, as the library reads it from its own)."""
+
+    def __init__(self, connect: Callable[..., Any], settings: dict[str, Any], stream: Any) -> None:
+        self.charset = settings.get("charset") or DEFAULT_CHARSET
+        self._connect, self._settings = connect, settings
+        self._dbms = "mariadb" if "MariaDB" in stream.get_server_info() else "mysql"
+        self._conn: Any = None
+
+    def _get_dbms(self) -> str:
+        return self._dbms
+
+    def cursor(self, *args: Any) -> Any:
+        if self._conn is None:
+            self._conn = self._connect(**self._settings)
+        return self._conn.cursor(*args)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 class Ctl:

@@ -80,6 +80,7 @@ from gate.capture.translate import Change, TableFilter, Translator
 from gate.capture.writer import WriterPool, forget_stuck, stuck_from, stuck_query
 from gate.common.columns import rule_keys
 from gate.common.config import ServerConfig
+from gate.common.connection import set_names
 from gate.common.dc import (
     REMOVE_BATCH,
     ChannelSettings,
@@ -307,19 +308,34 @@ class Pipeline:
         MariaDB and the channel's lock taken in one round trip, which reads the channel's tables too. With
         ``announce`` (a reopened connection) the channel's schema is checked and the runner record written;
         at start-up, :meth:`_start_reads` and :meth:`_prepare` do that in their round trips."""
-        conn = connect(self.dc, "DC", self.channel, client_flag=CLIENT.MULTI_STATEMENTS)
+        return self._lock_ctl(announce, [])[0]
+
+    def _lock_ctl(self, announce: bool, reads: list[tuple[str, tuple[object, ...]]]
+                  ) -> tuple[pymysql.Connection, list[list[tuple[object, ...]]]]:
+        """:meth:`_open_ctl` (the connection's SET NAMES in that round trip too, not one of its own after the
+        login), with the answers of ``reads`` sent in the same round trip, after the lock (they are
+        of use only when it is taken). Should one of them fail (a table of theirs missing), the connection is
+        opened again without them, and their answers are [] (the caller reads what the tables allow)."""
+        conn = connect(self.dc, "DC", self.channel, client_flag=CLIENT.MULTI_STATEMENTS, names_later=True)
         try:
-            server, lock, tables = read_together(conn, [(VERSION_QUERY, ()), lock_query(self.channel),
-                                                        tables_query(self.channel)])
+            try:
+                _names, server, lock, tables, *found = read_together(conn, [
+                    (set_names(conn), ()), (VERSION_QUERY, ()), lock_query(self.channel), tables_query(self.channel),
+                    *reads])
+            except pymysql.err.ProgrammingError:
+                if not reads:
+                    raise
+                conn.close()
+                return self._lock_ctl(announce, [])
             check_mariadb("DC", self.dc.address, *server[0])
             holder = lock_from(lock)
             if holder is not None:
                 if self._epoch is not None:  # this run held the channel: was it taken over meanwhile?
                     with conn.cursor() as cur:
-                        found = holder_state(cur, self.channel)
-                    if found is None or found.epoch != self._epoch:
-                        raise Deposed(deposed_message(self.channel, self._epoch, None if found is None else (
-                            found.epoch, found.host, found.pid)))
+                        found_holder = holder_state(cur, self.channel)
+                    if found_holder is None or found_holder.epoch != self._epoch:
+                        raise Deposed(deposed_message(self.channel, self._epoch, None if found_holder is None else (
+                            found_holder.epoch, found_holder.host, found_holder.pid)))
                 raise ChannelBusy(
                     f"Channel '{self.channel}' is already being run by another gate process (DC connection "
                     f"{holder}). Stop that one first, or start this one as a standby ('gate run {self.channel} "
@@ -331,7 +347,7 @@ class Pipeline:
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, found
 
     def _reopened(self, conn: pymysql.Connection) -> None:
         """A control connection opened again (the DC restarted, a link broke) holds the lock again: the channel
@@ -411,22 +427,26 @@ class Pipeline:
     # --- start-up ----------------------------------------------------------------------------
 
     def _start_reads(self) -> StartReads:
-        """What start-up reads of the channel, in one round trip (after the one that opens the control connection
-        and takes the lock): its schema version, settings, resume state, stuck-row notes, a switch's dedupe
-        marker and whether snapshot requests wait. A channel gate cannot use as it stands is refused by
-        :func:`schema_version`, which names the problem."""
+        """What start-up reads of the channel, in the round trip that takes the channel's lock when the control
+        connection opens (else in one of its own, as for a channel of an older schema): its schema version,
+        settings, resume state, stuck-row notes, a switch's dedupe marker and whether snapshot requests wait. A
+        channel gate cannot use as it stands is refused by :func:`schema_version`, which names the problem."""
         channel = self.channel
+        queries = [version_query(channel), settings_query(channel), resume_query(channel), stuck_query(channel),
+                   marker_query(channel)]
+        every = [*queries, holder_query(channel), snapshot.waiting_query(channel)]  # a channel of this gate's schema
         with self._ctl_mutex:
-            if self._ctl is None:
-                self._ctl, self._ctl_used = self._open_ctl(announce=False), time.monotonic()
+            found: list[list[tuple[object, ...]]] = []
+            if self._ctl is None:  # the lock and these reads in one round trip
+                self._ctl, found = self._lock_ctl(False, every)
+                self._ctl_used = time.monotonic()
             conn = self._ctl_conn()
-            queries = [version_query(channel), settings_query(channel), resume_query(channel), stuck_query(channel),
-                       marker_query(channel)]
             held = set(HOLDER_TABLES) <= self._tables  # a channel made before them: they come with _prepare
             waiting = {snapshot.TABLE, snapshot.VERIFY_TABLE} <= self._tables  # else made by _prepare, polled once
             try:
-                found = read_together(conn, queries + ([holder_query(channel)] if held else []) + (
-                    [snapshot.waiting_query(channel)] if waiting else []))
+                if not (found and held and waiting):
+                    found = read_together(conn, queries + ([holder_query(channel)] if held else []) + (
+                        [snapshot.waiting_query(channel)] if waiting else []))
                 version = usable_version(self._tables, found[0])
             except pymysql.err.ProgrammingError:  # a table or the database is missing
                 version = None
@@ -638,6 +658,29 @@ class Pipeline:
             row = cur.fetchone()
         return int(row[0]) if row else 0
 
+    def _source_start(self, source: ServerConfig, resume_file: str | None) -> tuple[int | None, list[str] | None]:
+        """What start-up asks the source before reading: its server_id (for failover fingerprints; None: unreachable
+        now, the reader will say so), its binlog expiry (into the metrics) and, with ``resume_file``, its binary
+        logs (whether it still has the resume position; None: not read). One connection, one round trip after
+        the login; should that query fail (an older server without binlog_expire_logs_seconds, binary logging
+        off), they are asked one by one as before, and their errors are those of those queries."""
+        try:
+            with connect(source, "source", connect_timeout=3, client_flag=CLIENT.MULTI_STATEMENTS,
+                         names_later=True) as conn:
+                _names, server, found, *files = read_together(conn, [
+                    (set_names(conn), ()), (VERSION_QUERY, ()), ("SELECT @@server_id, @@binlog_expire_logs_seconds", ()),
+                    *([("SHOW BINARY LOGS", ())] if resume_file else [])])
+        except pymysql.err.MySQLError as exc:
+            if is_transient(exc):
+                return None, None
+            return self._source_server_id(source), None
+        except GateError as exc:
+            raise_unless_transient(exc, "source", source, "reading its server_id and binlog expiry")
+            return None, None
+        check_mariadb("source", source.address, *server[0])  # before gate reads its binlog, preflight or not
+        self.metrics.binlog_expire = float(found[0][1])
+        return int(found[0][0]), [row[0] for row in files[0]] if files else None
+
     def _source_server_id(self, source: ServerConfig) -> int | None:
         """The source's server_id (for failover fingerprints; None: unreachable now, the reader will say so);
         its binlog expiry goes into the metrics."""
@@ -662,7 +705,8 @@ class Pipeline:
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)
-            state = self._prepare(settings, start, self._source_server_id(source))
+            server_id, files = self._source_start(source, start.state.log_file if start.marker is None else None)
+            state = self._prepare(settings, start, server_id)
             retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
             self._reader = reader = BinlogReader(
                 source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos),
@@ -681,7 +725,7 @@ class Pipeline:
             else:
                 try:
                     with refusals("source", source, "SHOW BINARY LOGS (whether it still has the resume position)"):
-                        reader.check_position()
+                        reader.check_position(files if state.log_file == start.state.log_file else None)
                 except (ConnectionFailed, pymysql.err.MySQLError):
                     if settings.standby is None:
                         raise  # else the reader retries, and the channel fails over if the source stays down
@@ -931,13 +975,12 @@ class Pipeline:
         _close(conn)
 
     def _control(self, checkpointer: Checkpointer, done: threading.Event) -> None:
-        """The checkpoint thread: stores the checkpoint when due (:meth:`Checkpointer.write`), so that the
-        reading thread never waits for the DC's round trips for it. An error that stops gate goes to the
-        reading thread (:meth:`fail`)."""
+        """The checkpoint thread: stores the checkpoint when due (:meth:`Checkpointer.wait_due`,
+        :meth:`Checkpointer.write`), so that the reading thread never waits for the DC's round trips for it. An
+        error that stops gate goes to the reading thread (:meth:`fail`)."""
         try:
-            while not done.wait(checkpointer.interval):
-                if checkpointer.due():
-                    self._checkpoint(checkpointer)
+            while checkpointer.wait_due(done):
+                self._checkpoint(checkpointer)
         except GateError as exc:
             self.fail(exc)
         except pymysql.err.MySQLError as exc:

@@ -261,11 +261,13 @@ class BinlogReader:
         assert self._stream is not None, "no stream before iterating"
         return self._stream
 
-    def check_position(self) -> None:
-        """Refuse to start from a binlog file the source no longer has (never a silent jump)."""
+    def check_position(self, files: list[str] | None = None) -> None:
+        """Refuse to start from a binlog file the source no longer has (never a silent jump); ``files``: the
+        source's binary logs, if already read (else they are)."""
         if not self.boundary.log_file:
             return
-        files = binlog_files(self.server)
+        if files is None:
+            files = binlog_files(self.server)
         if self.boundary.log_file not in files:
             oldest = files[0] if files else "none"
             raise PositionPurged(

@@ -1,6 +1,7 @@
 """Writers: N processes that insert chunks of numbered rows into transfer_data.
 
-Each chunk goes in one DC transaction, so it is either wholly there or not at all. The writers run
+Each chunk goes whole into one DC transaction (with the chunks queued behind it when a connection comes free),
+so it is either wholly there or not at all. The writers run
 in their own processes because building and escaping rows is CPU work that the GIL would serialise
 with decoding (measured: 1 connection 23k rows/s, 2 processes 41k). A writer that loses its DC
 connection reconnects with backoff; if it cannot tell whether its last commit landed, it looks.
@@ -27,6 +28,7 @@ from pymysql.constants import CLIENT
 from gate.capture.holder import Fence, tag_expression, tag_session
 from gate.capture.sequencer import DCRow
 from gate.common.config import ServerConfig
+from gate.common.connection import set_names
 from gate.common.dc import connect, one_row, q, round_trips
 from gate.common.errors import DrainAbandoned, GateError, RowTooLarge, WriterFailed
 from gate.common.process import WorkerPool, start_child
@@ -39,7 +41,9 @@ LARGEST_PACKET = 1 << 30  # the largest max_allowed_packet MariaDB and MySQL acc
 STUCK_RETRY = 5.0  # seconds between attempts to write a row larger than the DC's max_allowed_packet
 REPORT_EVERY = 60.0  # seconds between repeated log lines about the same chunk
 LANE_SPAN = 0.025  # seconds of round trip to the DC per extra connection of a writer (about a chunk's time in the DC)
-MAX_LANES = 16  # connections per writer at most
+MAX_LANES = 6  # connections per writer at most: a free lane takes the chunks waiting (GROUP_ROWS), so more only
+# contend in the DC (at 300 ms, 13 lanes a writer took 10,000-row groups in 2.5 to 5.6 s, 6 lanes kept up better)
+GROUP_ROWS = 10_000  # rows of chunks already waiting that a lane coming free takes into one transaction, at most
 STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting for a larger max_allowed_packet
 
 log = logging.getLogger(__name__)
@@ -47,15 +51,16 @@ log = logging.getLogger(__name__)
 
 def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int, float]:
     """A writer's DC session (tagged for a takeover to find), its max_allowed_packet (the server's global value
-    when it opened) and the seconds its set-up took: one round trip (autocommit goes off and the tag is taken
-    in it, not in round trips of their own; a writer has up to MAX_LANES sessions)."""
-    conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS)
+    when it opened) and the seconds its set-up took: one round trip (the character set is set, autocommit goes
+    off and the tag is taken in it, not in round trips of their own; a writer has up to MAX_LANES sessions)."""
+    conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS, names_later=True)
     started = time.monotonic()
     tag, args = tag_expression(database)
     with conn.cursor() as cur:  # _literal escapes with backslashes: sql_mode without NO_BACKSLASH_ESCAPES
-        cur.execute("SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
-                    "@@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
+        cur.execute(f"{set_names(conn)}; SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = "
+                    "TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
                     f"SELECT @@SESSION.max_allowed_packet, {tag}", args)
+        cur.nextset()
         cur.nextset()
         max_packet, tagged = one_row(cur)
     rtt = time.monotonic() - started
@@ -167,7 +172,8 @@ def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGES
 
 
 def _landed(conn: pymysql.Connection, rows: list[DCRow]) -> bool:
-    """After an unclear commit: the chunk is atomic, so its first and last id tell."""
+    """After an unclear commit: the transaction of ``rows`` (one chunk or a group) is atomic, so its first and
+    last id tell."""
     with conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM transfer_data WHERE id IN (%s, %s)", (rows[0][0], rows[-1][0]))
         count = one_row(cur)[0]
@@ -213,8 +219,9 @@ def lanes_for(rtt: float) -> int:
 
 def _writer_main(server: ServerConfig, database: str, fence: Fence | None, inbox: Any, outbox: Any) -> None:
     """A writer process: its lanes (threads with a DC session each, as many as the link's round trip asks,
-    see :func:`lanes_for`) take chunks from ``inbox``, one at a time each; each chunk's transaction checks
-    ``fence`` first."""
+    see :func:`lanes_for`) take chunks from ``inbox``; each chunk's transaction checks ``fence`` first. A lane
+    that comes free takes every chunk waiting then (see :func:`_take`), in one transaction: the chunks in
+    flight follow the rate of the reader, not only the number of lanes."""
     start_child("gate-writer")
     first: tuple[pymysql.Connection, int] | None = None
     lanes = 1
@@ -223,8 +230,8 @@ def _writer_main(server: ServerConfig, database: str, fence: Fence | None, inbox
         first, lanes = (conn, max_packet), lanes_for(rtt)
     except (pymysql.err.Error, GateError, OSError):
         first = None  # the first chunk tries again, and stops gate if the error stays
-    idle = threading.Semaphore(lanes)  # a chunk is taken from the inbox only for an idle lane
-    jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None] = queue.SimpleQueue()
+    idle = threading.Semaphore(lanes)  # chunks are taken from the inbox only for an idle lane
+    jobs: queue.SimpleQueue[list[tuple[int, list[DCRow]]] | None] = queue.SimpleQueue()
     threads = [threading.Thread(target=_lane, args=(server, database, fence, jobs, outbox, idle,
                                                     first if n == 0 else None),
                                 name=f"lane-{n}", daemon=True) for n in range(lanes)]
@@ -232,21 +239,43 @@ def _writer_main(server: ServerConfig, database: str, fence: Fence | None, inbox
         thread.start()
     while True:
         idle.acquire()
-        job = inbox.get()
-        if job is None:
+        group, last = _take(inbox)
+        if group:
+            jobs.put(group)
+        if last:
             break
-        jobs.put(job)
     for _ in threads:
         jobs.put(None)
     for thread in threads:
         thread.join()
 
 
+def _take(inbox: Any) -> tuple[list[tuple[int, list[DCRow]]], bool]:
+    """The next chunk of ``inbox`` (waiting for it), with the chunks queued behind it up to GROUP_ROWS rows in
+    all: a lane writes them in one transaction (each chunk stays whole, and a chunk is reported committed only
+    once the transaction is). True with them once this writer's end (None) was taken."""
+    job = inbox.get()
+    if job is None:
+        return [], True
+    group, rows = [job], len(job[1])
+    while rows < GROUP_ROWS:
+        try:
+            job = inbox.get_nowait()
+        except queue.Empty:
+            break
+        if job is None:
+            return group, True
+        group.append(job)
+        rows += len(job[1])
+    return group, False
+
+
 def _lane(server: ServerConfig, database: str, fence: Fence | None,
-          jobs: queue.SimpleQueue[tuple[int, list[DCRow]] | None], outbox: Any, idle: threading.Semaphore,
+          jobs: queue.SimpleQueue[list[tuple[int, list[DCRow]]] | None], outbox: Any, idle: threading.Semaphore,
           session: tuple[pymysql.Connection, int] | None) -> None:
-    """One connection of a writer: writes the chunks of ``jobs`` until None, releasing ``idle`` after each.
-    Without ``session`` it connects at once, before the first chunk comes (else that chunk retries it)."""
+    """One connection of a writer: writes each group of chunks of ``jobs`` in one transaction until None,
+    releasing ``idle`` after each. Without ``session`` it connects at once, before the first chunk comes (else
+    that chunk retries it)."""
     conn, max_packet = session if session is not None else (None, LARGEST_PACKET)
     if conn is None:
         try:
@@ -254,14 +283,14 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
         except (pymysql.err.Error, GateError, OSError):
             conn = None
     while True:
-        job = jobs.get()
-        if job is None:
+        group = jobs.get()
+        if group is None:
             break
-        seq, rows = job
+        rows = group[0][1] if len(group) == 1 else [row for _seq, chunk in group for row in chunk]
         started = time.monotonic()
         span = f"rows {rows[0][0]}..{rows[-1][0]}"
         attempt = 0
-        stuck: int | None = None  # the id of a row of this chunk too large for the DC, while it waits
+        stuck: int | None = None  # the id of a row of these chunks too large for the DC, while it waits
         since = ""
         failing_since = report_at = 0.0
         while True:
@@ -302,7 +331,9 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
         if stuck is not None:
             outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
                         f"server's max_allowed_packet is {max_packet} bytes"))
-        outbox.put(("done", seq, dict(Counter(r[6] for r in rows)), time.monotonic() - started))
+        seconds = time.monotonic() - started
+        for seq, chunk in group:
+            outbox.put(("done", seq, dict(Counter(r[6] for r in chunk)), seconds))
         idle.release()
     if conn is not None:
         conn.close()

@@ -48,9 +48,36 @@ def stream_connector(server: ServerConfig, role: str) -> Callable[..., pymysql.C
     return connect
 
 
+class _NamesLater(pymysql.connections.Connection):
+    """A connection that leaves out PyMySQL's SET NAMES after the login (a round trip of its own): the caller
+    sends :func:`set_names` at the head of its first query instead (the login already asked for the same
+    character set, in which the server reads that query)."""
+
+    _connecting = False
+
+    def connect(self, sock: Any = None) -> None:
+        self._connecting = True
+        try:
+            super().connect(sock)
+        finally:
+            self._connecting = False
+
+    def set_character_set(self, charset: str, collation: str | None = None) -> None:
+        if not self._connecting:
+            super().set_character_set(charset, collation)
+
+
+def set_names(conn: pymysql.Connection) -> str:
+    """The SET NAMES statement PyMySQL sends after the login, which the first query of a connection opened
+    with ``names_later=True`` begins with (its ``NAMES ...`` may also go first in a SET of variables)."""
+    return f"SET NAMES {conn.charset}" + (f" COLLATE {conn.collation}" if conn.collation else "")
+
+
 def _open(server: ServerConfig, role: str, arguments: dict[str, Any]) -> pymysql.Connection:
+    """``names_later=True`` among the arguments: a :class:`_NamesLater` connection."""
+    kind = _NamesLater if arguments.pop("names_later", False) else pymysql.connections.Connection
     try:
-        return pymysql.connect(**arguments)
+        return kind(**arguments)
     except pymysql.err.OperationalError as exc:
         failure = _tls_failure(exc, server, role) or _tls_login_failure(exc, server, role, arguments.get("ssl"))
         if failure is not None:
