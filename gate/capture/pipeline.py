@@ -1047,6 +1047,8 @@ class Pipeline:
             else:
                 try:
                     self._checkpoint(checkpointer)
+                except Deposed:  # the cause: a takeover (e.g. the source then refused this second reader with the
+                    raise  # same server_id), so the exit status is Deposed's, which systemd does not restart
                 except GateError as exc:  # the error that stops gate is already on its way
                     log.warning("channel %s: last checkpoint not stored (%s)", self.channel, exc)
         finally:
