@@ -61,9 +61,10 @@ def test_the_spark_recipes_run_as_written_on_a_cluster(shop: str, sandbox: Sandb
     assert len(CLUSTER) >= 4 and any("spark_readers.load" in code for _, code in CLUSTER)
     names = places(tmp_path, standalone, gate_config, sandbox.dc.port, bare_python)
     used = set()
-    conf = tmp_path / "spark-conf"  # the cluster's defaults: executors that fit its one small worker
-    conf.mkdir()
-    (conf / "spark-defaults.conf").write_text("spark.executor.memory 512m\n")
+    conf = tmp_path / "spark-conf"  # the cluster's defaults: executors that fit its one small worker, whose JVMs
+    conf.mkdir()  # compile with the first-tier JIT only, as the drivers do (tests/conftest.py: SPARK_SUBMIT_OPTS)
+    (conf / "spark-defaults.conf").write_text("spark.executor.memory 512m\n"
+                                              "spark.executor.extraJavaOptions -XX:TieredStopAtLevel=1\n")
     base = {k: v for k, v in env().items() if not k.startswith("PYSPARK_")}
     base.update(GATE_CONFIG=str(gate_config), SPARK_LOCAL_IP="127.0.0.1", SPARK_CONF_DIR=str(conf),
                 PATH=f"{base['PATH']}{os.pathsep}{Path(pyspark.__file__).parent / 'bin'}")
