@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gate.capture.reader import current_position
 from gate.common.config import ChannelDefaults, Secret, ServerConfig
 from gate.common.dc import ChannelSettings, connect, create_channel, lock_holder, write_start_position
-from gate.devtools.sandbox import Sandbox
+from gate.devtools.sandbox import Sandbox, free_port
 from tests.linkproxy import LinkProxy
 from tests.replay import (
     GATE,
@@ -64,12 +63,6 @@ def _gate_via(tmp_path: Path, dc_port: int, channel: str) -> subprocess.Popen[by
     gate = subprocess.Popen([GATE, "--config", str(config), "run", channel, "--no-check"], stdout=log, stderr=log)
     STARTED.append(gate)
     return gate
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _lag(port: int, channel: str) -> float:
@@ -173,7 +166,7 @@ def test_a_black_holed_dc_is_warned_of_and_a_second_signal_ends_gate_at_once(
     proxy = proxies(sandbox.dc.port)
     db = f"src_{unique_name}"
     make_channel(sandbox.dc, sandbox.source, unique_name,
-                 defaults=ChannelDefaults(batch_rows=50, writers=2, metrics_port=_free_port()))
+                 defaults=ChannelDefaults(batch_rows=50, writers=2, metrics_port=free_port()))
     log = tmp_path / f"{unique_name}.log"
     run = _gate_via(tmp_path, proxy.port, unique_name)
     wait_running(sandbox.dc, unique_name, run)
@@ -225,7 +218,7 @@ def test_lag_is_the_age_of_the_oldest_transaction_not_checkpointed(
     the last checkpointed one. Restarted while its checkpoint waits for a row lock in the DC: the gauge says the
     same, and the stall is warned of; once the lock goes, everything reads 0."""
     db = f"src_{unique_name}"
-    port = _free_port()
+    port = free_port()
     make_channel(sandbox.dc, sandbox.source, unique_name, defaults=ChannelDefaults(metrics_port=port))
     run = start_gate(tmp_path, sandbox.dc, unique_name)
     wait_running(sandbox.dc, unique_name, run)

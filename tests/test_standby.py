@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -24,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gate.common.config import ChannelDefaults
 from gate.common.dc import drop_channel
-from gate.devtools.sandbox import MariaDBServer, Sandbox
+from gate.devtools.sandbox import MariaDBServer, Sandbox, free_port
 from gate.devtools.workload import RandomWorkload
 from tests.linkproxy import LinkProxy
 from tests.replay import (
@@ -60,12 +59,6 @@ def _host(tmp_path: Path, name: str, dc: MariaDBServer, channel: str, *args: str
                             stderr=log, cwd=home, start_new_session=True)
     STARTED.append(gate)
     return gate
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _gate(tmp_path: Path, *args: str) -> str:
@@ -198,7 +191,7 @@ def test_kill_9_of_the_active_gate_one_of_two_racing_standbys_takes_over_exactly
     active = _host(tmp_path, "a", sandbox.dc, channel, user="gate_a")
     _wait_holder(sandbox.dc, channel, {active.pid}, 30)
     _gate(tmp_path, "snapshot", channel, "--table", f"{db}.old")
-    ports = {name: _free_port() for name in "bc"}
+    ports = {name: free_port() for name in "bc"}
     standbys = {gate.pid: gate for gate in (
         _host(tmp_path, name, sandbox.dc, channel, "--standby", "--metrics-port", str(ports[name])) for name in "bc")}
     names = dict(zip(standbys, "bc", strict=True))
