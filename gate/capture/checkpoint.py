@@ -124,18 +124,15 @@ class Checkpointer:
         """Store the newest reachable boundary in one DC transaction, sent in one round trip (``conn`` takes
         multi-statement queries); False (retried later) if the DC connection broke. Any other error of the
         DC is raised. With a fence, its check goes first in the same query (see gate.capture.holder.guard)."""
-        if self._target is None:
+        with self._lock:
+            target, resolved, notes = self._target, self._resolved[:], self._notes[:]
+        if target is None:
             return True
         begun = time.monotonic()
-        taken: list[tuple[ResumeState, list[str], list[Note], bool, list[int]]] = []
+        marker = self.marker_pending
+        passed = [row_id for row_id in self.stuck if row_id <= target.id]
 
         def statements(cur: pymysql.cursors.Cursor) -> None:
-            with self._lock:  # only this thread clears _target: it is still set, or newer
-                target, resolved, notes = self._target, self._resolved[:], self._notes[:]
-            assert target is not None
-            marker = self.marker_pending
-            passed = [row_id for row_id in self.stuck if row_id <= target.id]
-            taken.append((target, resolved, notes, marker, passed))
             write_resume(cur, self.channel, target)
             forget(cur, self.channel, resolved)
             record(cur, self.channel, notes)
@@ -154,7 +151,6 @@ class Checkpointer:
                 raise  # the pipeline stops on it, naming the DC server
             log.warning("checkpoint not stored, DC unreachable (%s); retrying", exc)
             return False
-        target, resolved, notes, _marker, _passed = taken[-1]
         with self._lock:
             self.state = target
             del self._resolved[:len(resolved)]
