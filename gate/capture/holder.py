@@ -107,12 +107,18 @@ def deposed_message(channel: str, epoch: int, holder: tuple[int, str, int] | Non
             f"standby: 'gate run {channel} --standby'.")
 
 
+def _holder_row(cur: pymysql.cursors.Cursor, channel: str, lock: str = "") -> tuple[int, str, int] | None:
+    """The holder's (epoch, host, pid), read with ``lock`` (e.g. " LOCK IN SHARE MODE"); None: no row."""
+    cur.execute(f"SELECT epoch, host, pid FROM {q(channel)}.gate_holder WHERE singleton = 1{lock}")
+    row = cur.fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), int(row[2]))
+
+
 def check(cur: pymysql.cursors.Cursor, channel: str, epoch: int) -> None:
     """The fence of a write transaction, its first statement: the holder's row read LOCK IN SHARE MODE (kept
     until the transaction ends, so no takeover passes it). Not ``epoch``: the transaction is rolled back and
     :class:`Deposed` raised."""
-    cur.execute(f"SELECT epoch, host, pid FROM {q(channel)}.gate_holder WHERE singleton = 1 LOCK IN SHARE MODE")
-    row = cur.fetchone()
+    row = _holder_row(cur, channel, " LOCK IN SHARE MODE")
     if row is None or int(row[0]) != epoch:
         cur.connection.rollback()
         raise Deposed(deposed_message(channel, epoch, row))
@@ -158,8 +164,7 @@ class Fence:
         refused it, raise :class:`Deposed` naming the holder now; else return."""
         if refused(exc):
             with conn.cursor() as cur:
-                cur.execute(f"SELECT epoch, host, pid FROM {q(self.channel)}.gate_holder WHERE singleton = 1")
-                row = cur.fetchone()
+                row = _holder_row(cur, self.channel)
             conn.rollback()
             raise Deposed(deposed_message(self.channel, self.epoch, row)) from None
 
