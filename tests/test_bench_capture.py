@@ -30,11 +30,11 @@ def test_the_counting_writers_fingerprint_is_the_dc_checksum_of_the_same_rows(sa
     rows = [(n + 1, n // 3 + 1, "db", f"t{n % 2}", "2024-05-01 10:00:0" + str(n % 10), "h:1",
              ("INSERT", "UPDATE", "DELETE")[n % 3], json.dumps({"NEW": [{"c": text}]}, ensure_ascii=False))
             for n, text in enumerate(TEXTS * 3)]
-    conn, max_packet, _ = _dc_session(dc, unique_name)
+    session, _ = _dc_session(dc, unique_name)
     try:
-        _write(conn, rows, max_packet)
+        _write(session, rows)
     finally:
-        conn.close()
+        session.conn.close()
     for n, part in enumerate((rows[:10], rows[10:])):  # two writers, each with its totals
         (tmp_path / f"sink-{n}.json").write_text(json.dumps({"rows": len(part), "crc": gate_runner.fingerprint(part)}))
     assert benchmark.sink_checksum(tmp_path) == benchmark.dc_checksum(sandbox.dc, unique_name)

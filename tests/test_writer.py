@@ -33,13 +33,15 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
             for n, text in enumerate(AWKWARD * 40)]
     statements = insert_statements(rows)
     assert len(statements) > 1 and all(len(s) <= MAX_STATEMENT + 4000 for s in statements)
-    conn, _, _ = _dc_session(dc, unique_name)
+    session, _ = _dc_session(dc, unique_name)
+    conn = session.conn
     try:
         with conn.cursor() as cur:  # a DC server configured without backslash escapes: the session undoes it
             cur.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES')")
         conn.close()
-        conn, max_packet, _ = _dc_session(dc, unique_name)
-        _write(conn, rows, max_packet)
+        session, _ = _dc_session(dc, unique_name)
+        conn = session.conn
+        _write(session, rows)
         with conn.cursor() as cur:
             cur.execute("SELECT id, tid, dbname, tablename, DATE_FORMAT(create_time, '%Y-%m-%d %H:%i:%s'), "
                         "instance_name, optype, data FROM transfer_data ORDER BY id")
@@ -73,7 +75,7 @@ def test_writer_sessions_are_set_up_and_tagged_in_one_query_each(sandbox: Sandbo
         return original(self, sql, *args, **kwargs)
 
     monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
-    sessions = [_dc_session(dc, unique_name)[0] for _ in range(24)]
+    sessions = [_dc_session(dc, unique_name)[0].conn for _ in range(24)]
     monkeypatch.undo()
     try:
         ids = sorted(session.thread_id() for session in sessions)
@@ -277,16 +279,17 @@ def test_a_fenced_chunk_and_checkpoint_are_one_query_each_and_a_stale_epoch_writ
             cur.execute("SELECT id, tid FROM transfer_checkpoint")
             return ids, tuple(int(v) for v in cur.fetchone())  # type: ignore[return-value]
 
-    conn, max_packet, _ = _dc_session(dc, unique_name)
+    session, _ = _dc_session(dc, unique_name)
+    conn = session.conn
     try:
         monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
-        _write(conn, rows[:2], max_packet, fence=Fence(unique_name, 3))
+        _write(session, rows[:2], fence=Fence(unique_name, 3))
         in_one_round_trip(conn, checkpoint, Fence(unique_name, 3).guard())
         assert len(queries) == 2 and all(q.startswith("BEGIN") for q in queries)  # one query each
         assert state() == ([1, 2], (2, 1))
         queries.clear()
         with pytest.raises(Deposed, match=r"taken over by hostb pid 42 \(epoch 3\) while this gate \(epoch 2\)"):
-            _write(conn, rows[2:], max_packet, fence=Fence(unique_name, 2))
+            _write(session, rows[2:], fence=Fence(unique_name, 2))
         with pytest.raises(pymysql.err.OperationalError) as refused:
             in_one_round_trip(conn, lambda cur: cur.execute("UPDATE transfer_checkpoint SET id = 3, tid = 1"),
                               Fence(unique_name, 2).guard())
@@ -296,3 +299,69 @@ def test_a_fenced_chunk_and_checkpoint_are_one_query_each_and_a_stale_epoch_writ
         assert state() == ([1, 2], (2, 1))
     finally:
         conn.close()
+
+
+def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and_sets_up_with_its_first_chunk(
+        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over a slow link each round trip of the start-up counts: given the round trip gate's control connection
+    measured (and the DC's max_allowed_packet), a writer opens all its lanes at once, before any chunk (they
+    used to wait for the first session's set-up to measure it), and a session's set-up (character set,
+    autocommit, UTC, its tag) goes at the head of its first transaction's query instead of a round trip of its
+    own; after it the session has the server's packet size, its tag and autocommit off."""
+    import pymysql.connections
+
+    from gate.capture.holder import SESSION_SLOTS
+    from gate.capture.writer import MAX_LANES, PACKET_QUERY, DcLink, WriterPool, lanes_for
+    from gate.common.dc import lock_name
+
+    dc = server_config(sandbox.dc)
+    with connect(dc, "DC") as conn:
+        create_channel(conn, ChannelSettings(unique_name, server_config(sandbox.source)))
+        with conn.cursor() as cur:
+            cur.execute(PACKET_QUERY)
+            packet = int(cur.fetchone()[0])
+    link = DcLink(0.3, packet)
+    assert lanes_for(link.rtt) == MAX_LANES
+
+    pool = WriterPool(dc, unique_name, 2, link=link)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _connected(sandbox, unique_name) < 2 * MAX_LANES:
+            time.sleep(0.05)
+        assert _connected(sandbox, unique_name) == 2 * MAX_LANES  # before any chunk: no set-up sent yet
+    finally:
+        pool.close(graceful=False)
+
+    queries: list[str] = []
+    original = pymysql.connections.Connection.query
+
+    def counted(self: pymysql.connections.Connection, sql: str, *args: Any, **kwargs: Any) -> Any:
+        queries.append(sql)
+        return original(self, sql, *args, **kwargs)
+
+    session, seconds = _dc_session(dc, unique_name, link)
+    try:
+        assert seconds == 0.0 and session.setup is not None and session.max_packet == packet
+        rows = [(1, 1, "db", "t", "2024-05-01 10:00:00", "h:1", "INSERT", '{"NEW":[{"c":"%s"}]}')]
+        monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
+        _write(session, rows, database=unique_name)
+        monkeypatch.undo()
+        assert len(queries) == 1 and queries[0].startswith("SET NAMES utf8mb4;SET autocommit = 0")
+        assert "INSERT INTO transfer_data" in queries[0] and queries[0].endswith(";COMMIT")
+        assert session.setup is None and session.max_packet == packet
+        with session.conn.cursor() as cur:
+            cur.execute("SELECT @@autocommit, @@time_zone, IS_USED_LOCK(CONCAT(%s, CONNECTION_ID() %% %s)) "
+                        "= CONNECTION_ID()", (f"{lock_name(unique_name)}:s", SESSION_SLOTS))
+            assert cur.fetchone() == (0, "+00:00", 1)
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+            cur.execute("SELECT id, data FROM transfer_data")
+            assert cur.fetchall() == ((1, '{"NEW":[{"c":"%s"}]}'),)
+    finally:
+        session.conn.close()
+
+
+def _connected(sandbox: Sandbox, channel: str) -> int:
+    """DC sessions connected to ``channel``'s database (the writers' lanes)."""
+    with sandbox.dc.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s", (channel,))
+        return int(cur.fetchone()[0])

@@ -77,7 +77,7 @@ from gate.capture.snapshot import Note, SnapshotEngine
 from gate.capture.stall import DcWatch
 from gate.capture.stopped import StopRecord, clear_stop, record_stop, refused_transaction
 from gate.capture.translate import Change, TableFilter, Translator
-from gate.capture.writer import WriterPool, forget_stuck, stuck_from, stuck_query
+from gate.capture.writer import PACKET_QUERY, DcLink, WriterPool, forget_stuck, stuck_from, stuck_query
 from gate.common.columns import rule_keys
 from gate.common.config import ServerConfig
 from gate.common.connection import set_names
@@ -264,6 +264,7 @@ class Pipeline:
         self.me = Me.here()
         self._epoch: int | None = None  # this run's epoch in gate_holder, once it holds the channel
         self._claim: int | None = None  # the epoch start-up takes, read with the lock held, until it is committed
+        self._dc_link: DcLink | None = None  # the control connection's round trip and the DC's max_allowed_packet
         self._reason: str | None = None  # why a standby takes the channel over
         self._heartbeat: Heartbeat | None = None
 
@@ -319,9 +320,11 @@ class Pipeline:
         conn = connect(self.dc, "DC", self.channel, client_flag=CLIENT.MULTI_STATEMENTS, names_later=True)
         try:
             try:
-                _names, server, lock, tables, *found = read_together(conn, [
+                started = time.monotonic()
+                _names, server, lock, tables, packet, *found = read_together(conn, [
                     (set_names(conn), ()), (VERSION_QUERY, ()), lock_query(self.channel), tables_query(self.channel),
-                    *reads])
+                    (PACKET_QUERY, ()), *reads])
+                self._dc_link = DcLink(time.monotonic() - started, int(packet[0][0]))
             except pymysql.err.ProgrammingError:
                 if not reads:
                     raise
@@ -364,7 +367,10 @@ class Pipeline:
         """The connection a standby waited on holds the channel's lock: the control connection; start-up takes
         the channel over (:meth:`_prepare`) for ``reason``."""
         try:
-            self._tables = table_set(read_together(conn, [tables_query(self.channel)])[0])
+            started = time.monotonic()
+            tables, packet = read_together(conn, [tables_query(self.channel), (PACKET_QUERY, ())])
+            self._dc_link = DcLink(time.monotonic() - started, int(packet[0][0]))
+            self._tables = table_set(tables)
         except BaseException:
             conn.close()
             raise
@@ -701,7 +707,7 @@ class Pipeline:
         self._on_rows_without_events = defaults.on_rows_without_events
         with ExitStack() as not_started:  # the children start first (the writers connect while gate prepares)
             pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
-                              on_written=self._chunk_written, fence=self._fence())
+                              on_written=self._chunk_written, fence=self._fence(), link=self._dc_link)
             not_started.callback(pool.close, graceful=False)
             decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
             not_started.callback(decoders.close)

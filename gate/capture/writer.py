@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -49,23 +50,54 @@ STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting fo
 log = logging.getLogger(__name__)
 
 
-def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection, int, float]:
-    """A writer's DC session (tagged for a takeover to find), its max_allowed_packet (the server's global value
-    when it opened) and the seconds its set-up took: one round trip (the character set is set, autocommit goes
-    off and the tag is taken in it, not in round trips of their own; a writer has up to MAX_LANES sessions)."""
+PACKET_QUERY = "SELECT @@GLOBAL.max_allowed_packet"  # what a session opened now takes as its own
+
+
+@dataclass(frozen=True)
+class DcLink:
+    """What gate's control connection measured of the DC before the writers start: the round trip of its first
+    query (seconds) and the server's max_allowed_packet. With it a writer opens its lanes at once, all of them,
+    and sends each session's set-up at the head of its first transaction, not in a round trip of its own."""
+
+    rtt: float
+    max_packet: int
+
+
+class _Session:
+    """A writer's DC session and the max_allowed_packet its INSERTs are sized to; ``setup``: the statements
+    of its set-up not sent yet (they go first in its first transaction's query, see :func:`_write`)."""
+
+    def __init__(self, conn: pymysql.Connection, max_packet: int, setup: list[str] | None = None) -> None:
+        self.conn, self.max_packet, self.setup = conn, max_packet, setup
+
+
+def _setup_statements(conn: pymysql.Connection, database: str) -> list[str]:
+    """A writer session's set-up: the character set, autocommit off, UTC, backslash escapes on (_literal
+    relies on them), then its max_allowed_packet and the first try of its session tag (one row)."""
+    expression, args = tag_expression(database)
+    return [set_names(conn), "SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = TRIM(BOTH ',' FROM "
+            "REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
+            "SELECT @@SESSION.max_allowed_packet, " + expression % tuple(conn.escape(a) for a in args)]
+
+
+def _dc_session(server: ServerConfig, database: str, link: DcLink | None = None) -> tuple[_Session, float]:
+    """A writer's DC session (tagged for a takeover to find) and the seconds its set-up took. Without ``link``
+    the set-up is one round trip of its own (the character set, autocommit, the tag and the server's
+    max_allowed_packet in one query, not round trips of their own); with it, none: the session's INSERTs are
+    sized to ``link.max_packet`` until its first transaction, which sends the set-up first, reads its own."""
     conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS, names_later=True)
+    setup = _setup_statements(conn, database)
+    if link is not None:
+        return _Session(conn, link.max_packet, setup), 0.0
     started = time.monotonic()
-    tag, args = tag_expression(database)
-    with conn.cursor() as cur:  # _literal escapes with backslashes: sql_mode without NO_BACKSLASH_ESCAPES
-        cur.execute(f"{set_names(conn)}; SET autocommit = 0, time_zone = '+00:00', SESSION sql_mode = "
-                    "TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','));"
-                    f"SELECT @@SESSION.max_allowed_packet, {tag}", args)
+    with conn.cursor() as cur:
+        cur.execute(";".join(setup))
         cur.nextset()
         cur.nextset()
         max_packet, tagged = one_row(cur)
     rtt = time.monotonic() - started
     tag_session(conn, database, tagged == 1)  # another slot only when that one was taken
-    return conn, int(max_packet), rtt
+    return _Session(conn, int(max_packet)), rtt
 
 
 def _literal(text: str) -> str:
@@ -142,23 +174,32 @@ def too_large_message(channel: str, server: ServerConfig, exc: RowTooLarge) -> s
             f"{STUCK_RETRY:.0f} s. {fix}")
 
 
-def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGEST_PACKET,
-           resolved: str | None = None, fence: Fence | None = None) -> None:
+def _write(session: _Session, rows: list[DCRow], resolved: str | None = None, fence: Fence | None = None,
+           database: str = "") -> None:
     """One DC transaction, its INSERTs and COMMIT in as few round trips as the packet size allows (one for a
     chunk of up to MAX_STATEMENT characters): the server runs a multi-statement query's statements in order
     and stops at the first error, so the COMMIT runs only after every INSERT succeeded. ``fence`` (this run's
     epoch, see gate.capture.holder; None in tests of the writer alone) is its first statement, in the same
     query (:meth:`Fence.guard`): autocommit is off, so its SELECT ... LOCK IN SHARE MODE opens the transaction
     and its lock holds to that COMMIT, and when the epoch is another one it fails, nothing after it runs and
-    :class:`Deposed` is raised. ``resolved`` names a gate_meta entry it removes (a stuck row that now fits)."""
-    statements = insert_statements(rows, max_packet)  # a row too large raises before anything is sent
+    :class:`Deposed` is raised. ``resolved`` names a gate_meta entry it removes (a stuck row that now fits).
+    A session's set-up not sent yet goes first (its answer read from the third result; ``database``: the
+    channel, whose other session tags are tried should its first be taken)."""
+    conn = session.conn
+    statements = insert_statements(rows, session.max_packet)  # a row too large raises before anything is sent
     if resolved is not None:
         statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}")
-    head = [] if fence is None else [fence.guard()]
+    setup = session.setup or []
+    head = setup + ([] if fence is None else [fence.guard()])
+    answer: tuple[Any, ...] | None = None
     try:
         with conn.cursor() as cur:
-            for query in round_trips(head + statements + ["COMMIT"], max_packet):
+            for query in round_trips(head + statements + ["COMMIT"], session.max_packet):
                 cur.execute(query)
+                if setup and answer is None:
+                    cur.nextset()
+                    cur.nextset()
+                    answer = one_row(cur)
                 while cur.nextset():
                     pass
     except BaseException as exc:
@@ -169,6 +210,9 @@ def _write(conn: pymysql.Connection, rows: list[DCRow], max_packet: int = LARGES
         if fence is not None:
             fence.deposed(conn, exc)
         raise
+    if answer is not None:
+        session.setup, session.max_packet = None, int(answer[0])
+        tag_session(conn, database, answer[1] == 1)
 
 
 def _landed(conn: pymysql.Connection, rows: list[DCRow]) -> bool:
@@ -217,23 +261,29 @@ def lanes_for(rtt: float) -> int:
     return max(1, min(MAX_LANES, 1 + int(rtt / LANE_SPAN)))
 
 
-def _writer_main(server: ServerConfig, database: str, fence: Fence | None, inbox: Any, outbox: Any) -> None:
+def _writer_main(server: ServerConfig, database: str, fence: Fence | None, link: DcLink | None, inbox: Any,
+                 outbox: Any) -> None:
     """A writer process: its lanes (threads with a DC session each, as many as the link's round trip asks,
     see :func:`lanes_for`) take chunks from ``inbox``; each chunk's transaction checks ``fence`` first. A lane
     that comes free takes every chunk waiting then (see :func:`_take`), in one transaction: the chunks in
-    flight follow the rate of the reader, not only the number of lanes."""
+    flight follow the rate of the reader, not only the number of lanes. With ``link`` (the round trip gate's
+    control connection measured) every lane connects at once, its set-up sent with its first transaction;
+    without, the first session's set-up measures the round trip, and the other lanes connect after it."""
     start_child("gate-writer")
-    first: tuple[pymysql.Connection, int] | None = None
-    lanes = 1
-    try:  # connect now, not when the first chunk is already waiting
-        conn, max_packet, rtt = _dc_session(server, database)
-        first, lanes = (conn, max_packet), lanes_for(rtt)
-    except (pymysql.err.Error, GateError, OSError):
-        first = None  # the first chunk tries again, and stops gate if the error stays
+    first: _Session | None = None
+    if link is not None:
+        lanes = lanes_for(link.rtt)
+    else:
+        lanes = 1
+        try:  # connect now, not when the first chunk is already waiting
+            first, rtt = _dc_session(server, database)
+            lanes = lanes_for(rtt)
+        except (pymysql.err.Error, GateError, OSError):
+            first = None  # the first chunk tries again, and stops gate if the error stays
     idle = threading.Semaphore(lanes)  # chunks are taken from the inbox only for an idle lane
     jobs: queue.SimpleQueue[list[tuple[int, list[DCRow]]] | None] = queue.SimpleQueue()
     threads = [threading.Thread(target=_lane, args=(server, database, fence, jobs, outbox, idle,
-                                                    first if n == 0 else None),
+                                                    first if n == 0 else None, link),
                                 name=f"lane-{n}", daemon=True) for n in range(lanes)]
     for thread in threads:
         thread.start()
@@ -272,16 +322,16 @@ def _take(inbox: Any) -> tuple[list[tuple[int, list[DCRow]]], bool]:
 
 def _lane(server: ServerConfig, database: str, fence: Fence | None,
           jobs: queue.SimpleQueue[list[tuple[int, list[DCRow]]] | None], outbox: Any, idle: threading.Semaphore,
-          session: tuple[pymysql.Connection, int] | None) -> None:
+          session: _Session | None, link: DcLink | None = None) -> None:
     """One connection of a writer: writes each group of chunks of ``jobs`` in one transaction until None,
     releasing ``idle`` after each. Without ``session`` it connects at once, before the first chunk comes (else
-    that chunk retries it)."""
-    conn, max_packet = session if session is not None else (None, LARGEST_PACKET)
-    if conn is None:
+    that chunk retries it); with ``link``, its set-up goes with that chunk. A session opened again (after an
+    error) sends its set-up on its own and reads the server's max_allowed_packet as it is then."""
+    if session is None:
         try:
-            conn, max_packet, _ = _dc_session(server, database)
+            session, _ = _dc_session(server, database, link)
         except (pymysql.err.Error, GateError, OSError):
-            conn = None
+            session = None
     while True:
         group = jobs.get()
         if group is None:
@@ -295,11 +345,11 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
         failing_since = report_at = 0.0
         while True:
             try:
-                if conn is None:
-                    conn, max_packet, _ = _dc_session(server, database)
-                    if attempt and _landed(conn, rows):
+                if session is None:
+                    session, _ = _dc_session(server, database)
+                    if attempt and _landed(session.conn, rows):
                         break
-                _write(conn, rows, max_packet, None if stuck is None else f"{STUCK_KEY}{stuck}", fence)
+                _write(session, rows, None if stuck is None else f"{STUCK_KEY}{stuck}", fence, database)
                 break
             except RowTooLarge as exc:
                 now = time.monotonic()
@@ -309,10 +359,10 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
                 if now >= report_at:  # at once, then every REPORT_EVERY seconds while it lasts
                     outbox.put(("log", logging.ERROR, message))
                     report_at = now + REPORT_EVERY
-                assert conn is not None
-                _record_stuck(conn, exc, since, message)
-                conn.close()
-                conn = None  # only a new session sees a raised max_allowed_packet
+                assert session is not None
+                _record_stuck(session.conn, exc, since, message)
+                session.conn.close()
+                session = None  # only a new session sees a raised max_allowed_packet
                 time.sleep(STUCK_RETRY)
             except (pymysql.err.Error, GateError, OSError) as exc:
                 if not is_transient(exc):
@@ -320,7 +370,7 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
                                                   database)))
                     return
                 attempt += 1
-                conn = None
+                session = None
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if attempt >= 3 and now >= report_at:
@@ -329,14 +379,15 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
                     report_at = now + REPORT_EVERY
                 time.sleep(backoff(attempt, base=0.05))
         if stuck is not None:
+            assert session is not None  # the group was written on it
             outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
-                        f"server's max_allowed_packet is {max_packet} bytes"))
+                        f"server's max_allowed_packet is {session.max_packet} bytes"))
         seconds = time.monotonic() - started
         for seq, chunk in group:
             outbox.put(("done", seq, dict(Counter(r[6] for r in chunk)), seconds))
         idle.release()
-    if conn is not None:
-        conn.close()
+    if session is not None:
+        session.conn.close()
 
 
 class WriterPool(WorkerPool):
@@ -350,11 +401,12 @@ class WriterPool(WorkerPool):
 
     def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
                  cancel: threading.Event | None = None,
-                 on_written: Callable[[dict[str, int], float], None] | None = None, fence: Fence | None = None) -> None:
+                 on_written: Callable[[dict[str, int], float], None] | None = None, fence: Fence | None = None,
+                 link: DcLink | None = None) -> None:
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
         self._on_written = on_written  # told each committed chunk's rows per optype and its seconds
-        super().__init__(_writer_main, (server, database, fence), processes, depth)
+        super().__init__(_writer_main, (server, database, fence, link), processes, depth)
         self.in_flight = 0
         self._done: list[int] = []
 

@@ -59,7 +59,7 @@ def fingerprint(rows: list[DCRow]) -> int:
                for r in rows)
 
 
-def _sink_writer_main(server: ServerConfig, database: str, fence: Any, inbox: Any, outbox: Any) -> None:
+def _sink_writer_main(server: ServerConfig, database: str, fence: Any, link: Any, inbox: Any, outbox: Any) -> None:
     """A writer process that counts (--capture-only): each chunk acknowledged as a writer does once it is
     committed, its rows counted and fingerprinted, nothing sent to the DC; the totals written when it stops."""
     start_child("gate-writer")

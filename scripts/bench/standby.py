@@ -165,7 +165,8 @@ def fence_cost(box: Sandbox, chunks: int = 500, latency_ms: float = 0.0) -> dict
         with connect(config, "DC", CHANNEL) as ctl:
             take_lock(ctl, CHANNEL)
             epoch, _ = take_over(ctl, CHANNEL, Holder("bench", os.getpid()), False)
-            conn, packet, _ = _dc_session(config, CHANNEL)
+            session, _ = _dc_session(config, CHANNEL)
+            conn = session.conn
             fence = Fence(CHANNEL, epoch)
             seconds: dict[str, list[float]] = {mode: [] for mode in FENCES}
             row_id = 10**9
@@ -179,7 +180,7 @@ def fence_cost(box: Sandbox, chunks: int = 500, latency_ms: float = 0.0) -> dict
                 if mode == "check":
                     with conn.cursor() as cur:
                         fence.check(cur)  # autocommit is off: the chunk's INSERTs go on in its transaction
-                _write(conn, rows, packet, None, fence if mode == "guard" else None)
+                _write(session, rows, None, fence if mode == "guard" else None)
                 seconds[mode].append(time.perf_counter() - started)
             with conn.cursor() as cur:
                 cur.execute("DELETE FROM transfer_data WHERE id >= %s", (10**9,))
