@@ -284,9 +284,9 @@ def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_co
     epoch, first in the transaction) and the DC made consistent (rows above the checkpoint removed, runner
     record, the last error cleared). The source is asked once after its login: its server checked, its
     server_id, binlog expiry and binary logs; then the binlog stream's connection sets its character set,
-    checksum and heartbeat in one SET, and the library's capability (it used to be four connections, the
-    library's control connection among them, and eleven round trips after their logins). Nothing else until
-    the data is in, checkpointed and exact."""
+    checksum, capability and heartbeat in one SET (it used to be four connections, the library's control
+    connection among them, and eleven round trips after their logins). Nothing else until the data is in,
+    checkpointed and exact."""
     import pymysql.connections
 
     from tests.replay import _THREADS
@@ -322,8 +322,8 @@ def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_co
     assert to_source == [  # then the binlog dump, a command of the library's own; no control connection
         "connect", "SET NAMES utf8mb4;SELECT @@version, @@version_comment;SELECT @@server_id, "
         "@@binlog_expire_logs_seconds;SHOW BINARY LOGS",
-        "connect", "SET NAMES utf8, @master_binlog_checksum = 'NONE', @master_heartbeat_period = 100000000",
-        "SET @mariadb_slave_capability=4"]
+        "connect", "SET NAMES utf8, @master_binlog_checksum = 'NONE', @mariadb_slave_capability = 4, "
+        "@master_heartbeat_period = 100000000"]
     assert [(r[0], r[1], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)] == [
         (1, 1, "INSERT", {"NEW": [{"id": "1"}]}), (2, 1, "INSERT", {"NEW": [{"id": "2"}]})]
     with sandbox.dc.connect(unique_name) as dconn, dconn.cursor() as cur:

@@ -7,10 +7,10 @@ gate touches the library's private names. What gate relies on, and why:
   The library reconnects by itself after a lost connection, from a position that may lie inside a
   transaction (its rows up to the next TableMap are then lost); gate must own reconnects, from the
   last transaction boundary, so the second connect raises :class:`StreamLost` instead.
-- ``BinLogStreamReader._BinLogStreamReader__set_mariadb_settings``, ``__blocking``, ``__server_id``
-  and ``_stream_connection``: the library's MariaDB GTID dump packet (COM_BINLOG_DUMP) declares a
-  14-byte length for 15 bytes of payload, and MariaDB drops the connection; :class:`OwnedStream`
-  sends a correct one.
+- ``__connection_settings``, ``__blocking``, ``__server_id``, ``__resume_stream``, ``__connected_stream``
+  and ``_stream_connection``: :class:`OwnedStream` opens the stream itself, with one SET after the login
+  (the library's are up to seven round trips), and sends COM_BINLOG_DUMP itself: the library's MariaDB
+  GTID dump packet declares a 14-byte length for 15 bytes of payload, and MariaDB drops the connection.
 - ``_stream_connection._read_packet``: wrapped by :class:`OwnedStream` once it has connected, to see
   every event's type before the library filters it (the library drops the types it has no parser for,
   and those outside ``only_events``, without a trace), so gate can refuse the types it does not handle
@@ -18,7 +18,7 @@ gate touches the library's private names. What gate relies on, and why:
   compressed events (``log_bin_compress``) as the uncompressed events they stand for
   (:mod:`gate.capture.compressed`), which it can parse. The library reads ``__use_checksum`` and
   ``__post_header_lengths`` for that too.
-- ``BinLogStreamReader._BinLogStreamReader__checksum_enabled`` and ``__use_checksum``: the library asks
+- ``__use_checksum`` (the library's ``__checksum_enabled`` is not called any more): the library asks
   the server's binlog_checksum once, at connect, and strips (or not) the 4 trailing bytes of every event
   by that answer, while the server writes each binlog file with the checksum setting it had when the file
   began (``SET GLOBAL binlog_checksum`` rotates to a new file) and says which in the file's Format
@@ -30,9 +30,9 @@ gate touches the library's private names. What gate relies on, and why:
 - ``BinLogStreamReader._BinLogStreamReader__connect_to_ctl``, ``__connected_ctl``, ``__connection_settings``
   and ``_ctl_connection_settings``: the library opens its control connection before the first event (a login,
   several round trips over a slow link) although gate's streams ask it nothing (the column names are in the
-  table maps); :class:`LazyControl` opens it only at a first query. The library's heartbeat SET goes into
-  gate's first SET of the stream (with its SET NAMES: the stream connection is opened ``names_later``), and
-  its three MariaDB GTID SETs are one.
+  table maps); :class:`LazyControl` opens it only at a first query. The library's heartbeat, capability and
+  MariaDB GTID SETs go into gate's one SET of the stream (with its SET NAMES: the stream connection is opened
+  ``names_later``).
 - ``BinLogStreamReader._BinLogStreamReader__check_optional_meta_data`` and ``__optional_meta_data``: the
   library parses a table map's optional metadata (column names, signedness, charsets, ENUM and SET
   labels) only when the server's binlog_row_metadata was FULL when it connected; gate parses whatever each
@@ -150,17 +150,6 @@ class OwnedStream(BinLogStreamReader):
             self._BinLogStreamReader__use_checksum = use_checksum
             self._format = None
 
-    def _BinLogStreamReader__checksum_enabled(self) -> bool:  # noqa: N802
-        """Tell the server that gate reads checksummed binlogs (else it refuses to send them) and that its
-        first, made-up Rotate event should carry none: from there on each file's Format Description event
-        says (:meth:`fetchone`). Returns whether the events before the first such event carry one."""
-        connection = self._stream_connection
-        heartbeat = "" if self._heartbeat_ns is None else f", @master_heartbeat_period = {self._heartbeat_ns}"
-        cur = connection.cursor()  # the connection's first query: its SET NAMES too (names_later)
-        cur.execute(f"{set_names(connection)}, @master_binlog_checksum = 'NONE'{heartbeat}")
-        cur.close()
-        return False
-
     def _BinLogStreamReader__connect_to_ctl(self) -> None:  # noqa: N802
         """The library's control connection, opened only when the library asks it a query (the column names of
         a table map without them, which gate then refuses): the library opened it before the first event, a
@@ -178,11 +167,40 @@ class OwnedStream(BinLogStreamReader):
         self._BinLogStreamReader__optional_meta_data = True
 
     def _BinLogStreamReader__connect_to_stream(self) -> None:  # noqa: N802 (name-mangled override)
+        """Open the stream, once (a second call raises :class:`StreamLost`: gate reconnects itself), with one SET
+        after the login (the library's are one round trip each: the checksum, the heartbeat, the capability and
+        in MariaDB GTID mode three more), then COM_BINLOG_DUMP from the file and position, or in GTID mode from
+        ``@slave_connect_state`` (with a length header that matches its payload, as the library's does not).
+        The SET tells the server that gate reads checksummed binlogs (else it refuses to send them) and that
+        its first, made-up Rotate event carries none: from there on each file's Format Description event says
+        (:meth:`fetchone`). ``@mariadb_slave_capability = 4``: gate reads GTID events (MariaDB 10.6.12 fails
+        to replace them with dummy ones for a replica of a lower capability)."""
         if self._connected_once:
             raise StreamLost("binlog connection lost")
         self._connected_once = True
-        BinLogStreamReader._BinLogStreamReader__connect_to_stream(self)
-        connection = self._stream_connection
+        connection = self.pymysql_wrapper(**self._BinLogStreamReader__connection_settings)
+        self._stream_connection = connection
+        variables = [set_names(connection), "@master_binlog_checksum = 'NONE'", "@mariadb_slave_capability = 4"]
+        if self._heartbeat_ns is not None:
+            variables.append(f"@master_heartbeat_period = {self._heartbeat_ns}")
+        gtid = self.auto_position is not None
+        if gtid:
+            variables += ["@slave_connect_state = %s", "@slave_gtid_strict_mode = 1", "@slave_gtid_ignore_duplicates = 0"]
+        cur = connection.cursor()  # the connection's first query: its SET NAMES too (names_later)
+        cur.execute(", ".join(variables), (self.auto_position,) if gtid else None)
+        cur.close()
+        self._BinLogStreamReader__use_checksum = False
+        self._register_slave()
+        flags = 0 if self._BinLogStreamReader__blocking else 0x01  # BINLOG_DUMP_NON_BLOCK
+        server_id = self._BinLogStreamReader__server_id
+        if gtid:
+            payload = bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", 4, flags, server_id)
+        else:
+            position = self.log_pos if self._BinLogStreamReader__resume_stream else 4
+            payload = bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", position, flags, server_id) + self.log_file.encode()
+        connection._write_bytes(struct.pack("<i", len(payload)) + payload)
+        connection._next_seq_id = 1
+        self._BinLogStreamReader__connected_stream = True
         read_packet = connection._read_packet
 
         def _gate_read_packet(*args: Any, **kwargs: Any) -> MysqlPacket:
@@ -213,19 +231,6 @@ class OwnedStream(BinLogStreamReader):
     def _header(self, data: bytes) -> EventHeader:
         size, next_pos, flags = struct.unpack_from("<IIH", data, 10)
         return EventHeader(data[5], flags, self.log_file, next_pos - size if next_pos else 0, next_pos)
-
-    def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # noqa: N802
-        """COM_BINLOG_DUMP for MariaDB GTID mode, with a length header that matches its payload."""
-        cur = self._stream_connection.cursor()  # one SET, not the library's three round trips
-        cur.execute("SET @slave_connect_state = %s, @slave_gtid_strict_mode = 1, @slave_gtid_ignore_duplicates = 0",
-                    (self.auto_position,))
-        cur.close()
-        flags = 0 if self._BinLogStreamReader__blocking else 0x01
-        payload = (
-            bytes([COM_BINLOG_DUMP]) + struct.pack("<I", 4) + struct.pack("<H", flags)
-            + struct.pack("<I", self._BinLogStreamReader__server_id)
-        )
-        return struct.pack("<i", len(payload)) + payload
 
 
 # MySQL's latin1 is cp1252 except that 0x81, 0x8D, 0x8F, 0x90 and 0x9D are the C1 controls U+0081...;
