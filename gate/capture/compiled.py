@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from datetime import date, datetime, tzinfo
+from datetime import date, datetime, timezone, tzinfo
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -62,6 +62,56 @@ _ROW_EVENTS = {
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes of a group of 0..9 leftover digits
 _FSP_BYTES = (0, 1, 1, 2, 2, 3, 3)
 _TIMESPECS = {0: "seconds", 3: "milliseconds", 6: "microseconds"}
+_DIGITS2 = tuple(f"{i:02d}" for i in range(1024))  # at least two digits: TIME's hours (10 bits), minutes, seconds
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+_UTC_KEYS = ("UTC", "Etc/UTC")  # zoneinfo names of UTC: TIMESTAMP needs no conversion
+
+
+class _Texts(dict[int, Any]):
+    """The text of a key made once by ``make`` (at most 16,384 kept): the date parts of temporal values,
+    which repeat across rows far more than whole values do. ``make`` raising stores nothing."""
+
+    def __init__(self, make: Callable[[int], Any]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: int) -> Any:
+        if len(self) >= 16384:
+            self.clear()
+        text = self[key] = self.make(key)
+        return text
+
+
+def _date_text(n: int) -> str | None:
+    """DATE's 3 bytes as a number: its text, None for a zero part (the library's None); an impossible
+    date raises ValueError, as the library's decoding does."""
+    y, m, d = n >> 9 & 0x7FFF, n >> 5 & 15, n & 31
+    return date(y, m, d).isoformat() if y and m and d else None
+
+
+def _datetime_day(n: int) -> str:
+    """DATETIME2's date bits (year * 13 + month, day) as ``YYYY-MM-DD `` (space included), or '' where
+    ``datetime()`` refuses them (the library's None: the zero text)."""
+    ym = n >> 5
+    try:
+        return date(ym // 13, ym % 13, n & 31).isoformat() + " "
+    except ValueError:
+        return ""
+
+
+def _epoch_day(n: int) -> str:
+    """Day ``n`` after 1970-01-01 as ``YYYY-MM-DD `` (space included)."""
+    return date.fromordinal(_EPOCH_DAY + n).isoformat() + " "
+
+
+def _is_utc(tz: tzinfo) -> bool:
+    return tz == timezone.utc or getattr(tz, "key", None) in _UTC_KEYS
+
+
+def _fraction_lines(fsp: int) -> list[str]:
+    """Lines setting ``f`` to the ``fsp`` fractional digits of ``us`` microseconds (0 when negative, as
+    ``replace(microsecond=us)`` is skipped then)."""
+    return [f"f = str(1000000 + us)[1:{1 + fsp}] if us > 0 else {'0' * fsp!r}"]
 
 
 def supported(columns: Sequence[Column]) -> bool:
@@ -137,19 +187,26 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t == FIELD_TYPE.SET:
         return _set_lines(src, column), None
     if t == FIELD_TYPE.DATE:
-        new = src.const(date)
-        return ["n = data[p] | data[p + 1] << 8 | data[p + 2] << 16", "p += 3",
-                "y = n >> 9 & 0x7FFF; m = n >> 5 & 15; d = n & 31",
-                f"if y and m and d: t = {new}(y, m, d).isoformat()",
-                "else: z = 1"], "safe"
+        dates = src.const(_Texts(_date_text))
+        return [f"t = {dates}[data[p] | data[p + 1] << 8 | data[p + 2] << 16]", "p += 3",
+                "if t is None: z = 1"], "safe"
     if t == FIELD_TYPE.DATETIME2:
         return _datetime_lines(src, fsp), "safe"
     if t == FIELD_TYPE.TIMESTAMP2:
         stamp, _ = column_renderer(column, tz, binary_format)
         utc = src.const(datetime.utcfromtimestamp)
-        return ["s = int.from_bytes(data[p:p + 4], 'big', signed=True)", "p += 4", *_fsp_lines(fsp),
-                f"v = {utc}(s)", "if us > 0: v = v.replace(microsecond=us)",
-                f"t = {src.const(stamp)}(v)"], "safe"
+        general = [f"v = {utc}(s)", "if us > 0: v = v.replace(microsecond=us)", f"t = {src.const(stamp)}(v)"]
+        lines = ["s = int.from_bytes(data[p:p + 4], 'big', signed=True)", "p += 4", *_fsp_lines(fsp)]
+        if not _is_utc(tz):
+            return [*lines, *general], "safe"
+        # in UTC the text is the day's and the second's, laid out here; 0 (the zero text or the epoch)
+        # and a fraction datetime refuses take the general way
+        days, digits = src.const(_Texts(_epoch_day)), src.const(_DIGITS2)
+        clock = f"{{{days}[d]}}{{{digits}[s // 3600]}}:{{{digits}[s // 60 % 60]}}:{{{digits}[s % 60]}}"
+        return [*lines, f"if s{' and us < 1000000' if fsp else ''}:", "    d, s = divmod(s, 86400)",
+                *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
+                f"    t = f'{clock}{'.{f}' if fsp else ''}'",
+                "else:", *("    " + line for line in general)], "safe"
     if t == FIELD_TYPE.TIME2:
         return _time_lines(src, fsp), "safe"
     if t in _TEXT or t == FIELD_TYPE.GEOMETRY:
@@ -212,17 +269,27 @@ def _set_lines(src: _Source, column: Column) -> list[str]:
 
 def _datetime_lines(src: _Source, fsp: int) -> list[str]:
     """DATETIME2: 40 bits big-endian (sign, year*13+month, day, hour, minute, second), then the fraction;
-    an invalid date (zero month or day, year 0) is the library's None, the zero text."""
+    an invalid date (zero month or day, year 0) is the library's None, the zero text.
+
+    A valid date (its text made once per day), a valid time of day and a fraction below a second are
+    laid out here; anything else goes the general way, through ``datetime`` as the library does."""
     new = src.const(datetime)
     timespec = _TIMESPECS.get(fsp)
     layout = f"v.isoformat(' ', '{timespec}')" if timespec else f"v.isoformat(' ', 'microseconds')[:{20 + fsp}]"
+    days, digits = src.const(_Texts(_datetime_day)), src.const(_DIGITS2)
+    clock = f"{{t}}{{{digits}[h]}}:{{{digits}[m]}}:{{{digits}[s]}}" + (".{f}" if fsp else "")
     return ["n = int.from_bytes(data[p:p + 5], 'big')", "p += 5", *_fsp_lines(fsp),
-            "ym = n >> 22 & 131071",
-            f"try: v = {new}(ym // 13, ym % 13, n >> 17 & 31, n >> 12 & 31, n >> 6 & 63, n & 63)",
-            "except ValueError: z = 1",
+            f"t = {days}[n >> 17 & 4194303]", "h = n >> 12 & 31; m = n >> 6 & 63; s = n & 63",
+            f"if t and h < 24 and m < 60 and s < 60{' and us < 1000000' if fsp else ''}:",
+            *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
+            f"    t = f'{clock}'",
             "else:",
-            "    if us > 0: v = v.replace(microsecond=us)",
-            f"    t = {layout}"]
+            "    ym = n >> 22 & 131071",
+            f"    try: v = {new}(ym // 13, ym % 13, n >> 17 & 31, h, m, s)",
+            "    except ValueError: z = 1",
+            "    else:",
+            "        if us > 0: v = v.replace(microsecond=us)",
+            f"        t = {layout}"]
 
 
 def _time_lines(src: _Source, fsp: int) -> list[str]:
@@ -239,9 +306,17 @@ def _time_lines(src: _Source, fsp: int) -> list[str]:
                   f"if i < 0 and f: i += 1; f -= {wrap}", f"x = (i << 24) + f * {unit}"]
     else:
         lines += ["p += 3", "x = i << 24"]
-    return [*lines, "a = -x if x < 0 else x", "h = a >> 24",
-            "us = (((h >> 12 & 1023) * 60 + (h >> 6 & 63)) * 60 + (h & 63)) * 1000000 + (a & 16777215)",
-            f"t = {render}(-us if x < 0 else us, {fsp})"]
+    # hours, minutes, seconds and a fraction in their ranges are laid out here (a negative value then
+    # is not zero: the sign shows); anything else through the microseconds, as render_timedelta does
+    digits = src.const(_DIGITS2)
+    clock = f"{{{digits}[h >> 12]}}:{{{digits}[h >> 6 & 63]}}:{{{digits}[h & 63]}}"
+    return [*lines, "a = -x if x < 0 else x", "h = a >> 24", "us = a & 16777215",
+            "if h < 4194304 and (h >> 6 & 63) < 60 and (h & 63) < 60 and us < 1000000:",
+            *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
+            f"    t = ('-' if x < 0 else '') + f'{clock}{'.{f}' if fsp else ''}'",
+            "else:",
+            "    us = (((h >> 12 & 1023) * 60 + (h >> 6 & 63)) * 60 + (h & 63)) * 1000000 + us",
+            f"    t = {render}(-us if x < 0 else us, {fsp})"]
 
 
 def _string_lines(src: _Source, column: Column) -> list[str]:
