@@ -23,6 +23,7 @@ partial JSON updates), for which :meth:`TableDecoder.changes` returns None.
 
 from __future__ import annotations
 
+import pickle
 import struct
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone, tzinfo
@@ -119,9 +120,12 @@ def supported(columns: Sequence[Column]) -> bool:
     return all(column.type in _SUPPORTED for column in columns)
 
 
-def column_shape(column: Column) -> tuple[Any, ...]:
-    """Everything a table map says of a column, hashable: equal shapes decode alike."""
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(column).items())
+def columns_shape(columns: Sequence[Column]) -> bytes:
+    """Everything a table map says of its columns, hashable: equal shapes decode alike. Pickled, a third
+    of the cost of a tuple built attribute by attribute (a decoder process does this for every table of
+    every job); equal bytes are equal attributes, and equal attributes pickled apart would at worst
+    compile a decoder twice."""
+    return pickle.dumps([vars(column) for column in columns], pickle.HIGHEST_PROTOCOL)
 
 
 class _Source:
@@ -182,7 +186,7 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
             return [f"p += {column.size}"], "null"
         # without a column rule the labels are kept JSON-encoded already
         labels = src.const(tuple(encode_basestring(label) if plain else label for label in column.enum_values))
-        return ([f"t = {labels}[int.from_bytes(data[p:p + {column.size}], 'little')]", f"p += {column.size}"],
+        return ([f"t = {labels}[{_little(column.size)}]", f"p += {column.size}"],
                 "json" if plain else None)
     if t == FIELD_TYPE.SET:
         return _set_lines(src, column), None
@@ -212,6 +216,11 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t in _TEXT or t == FIELD_TYPE.GEOMETRY:
         return _string_lines(src, column), None
     raise ValueError(f"column {column.name!r}: MySQL type {t} has no compiled form")
+
+
+def _little(size: int) -> str:
+    """The expression of the little-endian unsigned integer of ``size`` bytes at ``p``."""
+    return "data[p]" if size == 1 else f"int.from_bytes(data[p:p + {size}], 'little')"
 
 
 def _decimal_lines(src: _Source, column: Column) -> list[str]:
@@ -263,7 +272,7 @@ def _set_lines(src: _Source, column: Column) -> list[str]:
             found = texts[mask] = ",".join([label for label in labels if label in chosen]) if chosen else None
         return found
 
-    return [f"t = {src.const(text)}(int.from_bytes(data[p:p + {column.size}], 'little'))", f"p += {column.size}",
+    return [f"t = {src.const(text)}({_little(column.size)})", f"p += {column.size}",
             "if t is None: z = 1"]
 
 
@@ -327,7 +336,8 @@ def _string_lines(src: _Source, column: Column) -> list[str]:
         width = column.length_size
     else:
         width = 2 if column.max_length > 255 else 1
-    lines = [f"n = int.from_bytes(data[p:p + {width}], 'little')" if width > 1 else "n = data[p]",
+    lines = [f"n = int.from_bytes(data[p:p + {width}], 'little')" if width > 2 else
+             "n = data[p] | data[p + 1] << 8" if width == 2 else "n = data[p]",
              f"b = data[p + {width}:p + {width} + n]", f"p += {width} + n"]
     pad_to = _binary_padding(column)
     if pad_to is not None:
@@ -335,6 +345,13 @@ def _string_lines(src: _Source, column: Column) -> list[str]:
     charset = column.character_set_name
     encoding = RowsEvent.charset_to_encoding(charset) if charset is not None else "utf-8"
     return [*lines, f"t = b.decode({encoding!r})"]
+
+
+def _fstring(*parts: str) -> str:
+    """An f-string expression joining ``parts`` in one step: ``@expression`` parts are evaluated (a str
+    or an int: both formatted as ``str()`` would), the others are literal text (no quote or backslash)."""
+    return "f'" + "".join("{" + part[1:] + "}" if part.startswith("@") else part.replace("{", "{{").replace("}", "}}")
+                          for part in parts) + "'"
 
 
 def _cell(src: _Source, key: str, kind: str | None, binary: bool, change: Transform | None,
@@ -345,15 +362,16 @@ def _cell(src: _Source, key: str, kind: str | None, binary: bool, change: Transf
         return repr(key + "null}")
     if binary:
         if change is not None:
-            return f"{src.const(key)} + {enc}({src.const(_ruled_binary(change, encode))}(t)) + '}}'"
-        return f"{src.const(key)} + ('\"' + {src.const(encode)}(t) + '\"' if t else '\"\"') + '}}'"
+            return _fstring("@" + src.const(key), f"@{enc}({src.const(_ruled_binary(change, encode))}(t))", "}")
+        return f"{_fstring('@' + src.const(key), chr(34), f'@{src.const(encode)}(t)', chr(34) + '}')} if t else " \
+               f"{key + chr(34) * 2 + '}'!r}"
     if change is not None:
-        return f"{src.const(key)} + {enc}({src.const(change)}(t)) + '}}'"
+        return _fstring("@" + src.const(key), f"@{enc}({src.const(change)}(t))", "}")
     if kind == "json":
-        return f"{src.const(key)} + t + '}}'"
+        return _fstring("@" + src.const(key), "@t", "}")
     if kind == "safe":  # digits, signs, points, dashes, colons, spaces: nothing to escape
-        return f"{src.const(key + chr(34))} + t + '\"}}'"
-    return f"{src.const(key)} + {enc}(t) + '}}'"
+        return _fstring("@" + src.const(key + chr(34)), "@t", '"}')
+    return _fstring("@" + src.const(key), f"@{enc}(t)", "}")
 
 
 _FIXED = {FIELD_TYPE.FLOAT: ("f", 4, render_float32), FIELD_TYPE.DOUBLE: ("d", 8, render_float64)}
@@ -408,8 +426,8 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
                 assert part is not None
                 excluded, _, cell, _, _ = plans[k]
                 if not excluded:
-                    render = "str" if part[2] is str else src.const(part[2])
-                    src.add(2, f"t = {render}(v[{n}])", f"c{k} = {cell}")
+                    # an int is formatted by the cell's f-string as str() would
+                    src.add(2, f"t = v[{n}]" if part[2] is str else f"t = {src.const(part[2])}(v[{n}])", f"c{k} = {cell}")
                     cells.append(f"c{k}")
             i = run
             continue
@@ -421,7 +439,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
             src.add(2, f"c{i} = {zero_cell!r} if z else {cell}" if zero_cell is not None else f"c{i} = {cell}")
             cells.append(f"c{i}")
         i += 1
-    src.add(2, f"return '[' + ','.join(({', '.join(cells)}{',' if len(cells) == 1 else ''})) + ']', p")
+    src.add(2, f"return {_fstring('[', *[part for c in cells for part in (',', '@' + c)][1:], ']')}, p")
     src.add(1, "out = []", "put = out.append")
     for i, (excluded, lines, cell, zero_cell, null_cell) in enumerate(plans):  # some NULL
         src.add(1, f"if nulls & {1 << i}:", "    pass" if excluded else f"    put({null_cell!r})", "else:")
@@ -477,7 +495,7 @@ class TableDecoder:
             while p < end:
                 old, p = image(data, p)
                 new, p = image(data, p)
-                out.append('{"NEW":' + new + ',"OLD":' + old + "}")
+                out.append(f'{{"NEW":{new},"OLD":{old}}}')
         else:
             prefix = '{"' + kind + '":'
             while p < end:
