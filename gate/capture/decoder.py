@@ -117,13 +117,13 @@ class DecoderPool(WorkerPool):
         """Store the results that have arrived; with ``timeout``, wait that long for the first one.
         At least once a second it also checks that no decoder has died (its job would never return)."""
         try:
-            item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
+            item = self._outbox.get(timeout)
             while True:
                 no, result, error = item
                 if error is not None:
                     raise DecoderFailed(f"A decoder could not decode the row events of job {no}: {error}")
                 self._waiting.pop(no).result = result
-                item = self._outbox.get_nowait()
+                item = self._outbox.get()
         except queue.Empty:
             if self._waiting:
                 self._check_alive(every=0.0 if timeout else 1.0)

@@ -372,7 +372,7 @@ class WriterPool(WorkerPool):
     def _take_reports(self, timeout: float) -> None:
         """Collect committed chunks into ``_done`` and log the writers' lines; a failed chunk raises its error."""
         try:
-            item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
+            item = self._outbox.get(timeout)
             while True:
                 if item[0] == "done":
                     self._done.append(item[1])
@@ -382,7 +382,7 @@ class WriterPool(WorkerPool):
                     log.log(item[1], "%s", item[2])
                 else:
                     raise item[1]
-                item = self._outbox.get_nowait()
+                item = self._outbox.get()
         except queue.Empty:
             pass
 
