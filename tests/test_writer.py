@@ -53,9 +53,10 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
         conn.close()
 
 
-def _text_statements(rows: list[Any], max_packet: int) -> list[str]:
+def _text_statements(rows: list[Any], max_packet: int, data_as_bytes: bool) -> list[str]:
     """The INSERTs as text, split as insert_statements splits them (at most about MAX_STATEMENT characters
-    each, a statement of (max_packet - 1) // 4 characters always fitting): the model of what is sent."""
+    each, a statement of (max_packet - 1) // 4 characters always fitting; data the decoders give as UTF-8
+    counted a character per byte): the model of what is sent."""
     def literal(text: str) -> str:
         return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\0", "\\0") + "'"
 
@@ -64,11 +65,12 @@ def _text_statements(rows: list[Any], max_packet: int) -> list[str]:
     size = 0
     for r in rows:
         value = f"({r[0]},{r[1]},{','.join(literal(t) for t in r[2:])})"
-        if statements[-1] and size + len(value) > budget:
+        length = len(value) + (len(r[7].encode()) - len(r[7]) if data_as_bytes else 0)
+        if statements[-1] and size + length > budget:
             statements.append([])
             size = 0
         statements[-1].append(value)
-        size += len(value) + 1
+        size += length + 1
     return [INSERT + ",".join(values) for values in statements if values]
 
 
@@ -79,22 +81,23 @@ TEXTS = st.lists(st.sampled_from(["a", "é", "数", "🚀", "'", "\\", "\0", '"'
 @settings(max_examples=300, deadline=None)
 @given(texts=st.lists(st.tuples(TEXTS, st.sampled_from(["db", "dé", "d'b"]), st.sampled_from(["h:1", "hé🚀"]),
                                 st.sampled_from(["INSERT", "DELETE"])), min_size=1, max_size=30),
-       max_packet=st.sampled_from([1 << 30, 1 << 16, 4096, 1500, 700]))
+       max_packet=st.sampled_from([1 << 30, 1 << 16, 4096, 1500, 700]), data_as_bytes=st.booleans())
 def test_insert_statements_are_the_utf8_of_the_text_statements(texts: list[tuple[str, str, str, str]],
-                                                               max_packet: int) -> None:
-    """The INSERTs are built as UTF-8 bytes (escaped in the bytes, sized in characters): they are the text
-    statements encoded, split at the same rows; a row whose INSERT alone is more than the packet raises
-    RowTooLarge with its size in bytes."""
+                                                               max_packet: int, data_as_bytes: bool) -> None:
+    """The INSERTs are built as UTF-8 bytes (escaped in the bytes, sized in characters, data the decoders
+    hand over as UTF-8 in bytes): they are the text statements encoded, split at the same rows; a row whose
+    INSERT alone is more than the packet raises RowTooLarge with its size in bytes."""
     rows = [(n + 1, 7, db, f"t{n % 3}", "2024-05-01 10:00:00", instance, optype, text)
             for n, (text, db, instance, optype) in enumerate(texts)]
-    want = [statement.encode() for statement in _text_statements(rows, max_packet)]
+    want = [statement.encode() for statement in _text_statements(rows, max_packet, data_as_bytes)]
+    given_rows = [(*r[:7], r[7].encode()) for r in rows] if data_as_bytes else rows
     too_large = [s for s in want if len(s) + 1 > max_packet]
     if too_large:
         with pytest.raises(RowTooLarge) as raised:
-            insert_statements(rows, max_packet)
+            insert_statements(given_rows, max_packet)
         assert raised.value.size == len(too_large[0])
     else:
-        assert insert_statements(rows, max_packet) == want
+        assert insert_statements(given_rows, max_packet) == want
 
 
 def test_writer_sessions_are_set_up_and_tagged_in_one_query_each(sandbox: Sandbox, unique_name: str,

@@ -27,6 +27,7 @@ from gate.common.errors import ColumnRuleRefused, PartialRowImage, RowMetadataMi
 log = logging.getLogger(__name__)
 
 Change = tuple[str, str, str, str]  # dbname, tablename, optype, data (JSON text)
+Decoded = tuple[str, str, str, bytes]  # a Change as the decoder processes hand it over: data in UTF-8
 
 dumps = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
 

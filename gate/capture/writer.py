@@ -69,14 +69,19 @@ def _dc_session(server: ServerConfig, database: str) -> tuple[pymysql.Connection
     return conn, int(max_packet), rtt
 
 
-def _escaped(text: str) -> tuple[bytes, int]:
+def _escaped(text: str | bytes) -> tuple[bytes, int]:
     """The body of a quoted SQL string literal of ``text`` as the bytes sent, and how many more bytes than
-    characters it has. The text goes as utf8mb4, the connection's charset, encoded as PyMySQL encodes a
-    query (strict UTF-8). With backslash escapes on (the session ensures it) only the backslash, the quote
-    and NUL need escaping: ASCII bytes, which UTF-8 never uses inside a multi-byte character, so they are
-    escaped in the bytes (str.replace on text with a character beyond U+FFFF copies 4 bytes a character)."""
-    raw = text.encode("utf-8")
-    extra = len(raw) - len(text)
+    characters it has (0 for bytes: counted as if each were a character, at least as many). Text goes as
+    utf8mb4, the connection's charset, encoded as PyMySQL encodes a query (strict UTF-8); bytes are that
+    already (the decoders' rows). With backslash escapes on (the session ensures it) only the backslash,
+    the quote and NUL need escaping: ASCII bytes, which UTF-8 never uses inside a multi-byte character, so
+    they are escaped in the bytes (str.replace on text with a character beyond U+FFFF copies 4 bytes a
+    character)."""
+    if isinstance(text, bytes):
+        raw, extra = text, 0
+    else:
+        raw = text.encode("utf-8")
+        extra = len(raw) - len(text)
     if raw.find(b"\\") >= 0:  # find: half the time of ``in`` on bytes
         raw = raw.replace(b"\\", b"\\\\")
     if raw.find(b"'") >= 0:
@@ -90,7 +95,8 @@ def insert_statements(rows: list[DCRow], max_packet: int = LARGEST_PACKET) -> li
     """Multi-row INSERTs of at most about MAX_STATEMENT characters each that fit a DC server whose
     max_allowed_packet is ``max_packet``, as the bytes sent. A character is at most 4 bytes in utf8mb4, so
     a statement of ``max_packet // 4`` characters always fits; only a single row longer than that is
-    measured in bytes, and raises :class:`RowTooLarge` when its INSERT alone does not fit.
+    measured in bytes, and raises :class:`RowTooLarge` when its INSERT alone does not fit. Data given as
+    UTF-8 bytes counts a character per byte (more than it has: such statements are at most smaller).
 
     Built by hand: pymysql's executemany escapes every value through its generic converters,
     which cost the writer processes about as much CPU as the rest of their work. Built as bytes: the
