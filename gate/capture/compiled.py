@@ -70,7 +70,8 @@ _UTC_KEYS = ("UTC", "Etc/UTC")  # zoneinfo names of UTC: TIMESTAMP needs no conv
 
 class _Texts(dict[int, Any]):
     """The text of a key made once by ``make`` (at most 16,384 kept): the date parts of temporal values,
-    which repeat across rows far more than whole values do. ``make`` raising stores nothing."""
+    which repeat across rows far more than whole values do. ``make`` raising stores nothing. One per kind
+    of date in a process, shared by every column and table (about 2 MB at most each)."""
 
     def __init__(self, make: Callable[[int], Any]) -> None:
         super().__init__()
@@ -103,6 +104,11 @@ def _datetime_day(n: int) -> str:
 def _epoch_day(n: int) -> str:
     """Day ``n`` after 1970-01-01 as ``YYYY-MM-DD `` (space included)."""
     return date.fromordinal(_EPOCH_DAY + n).isoformat() + " "
+
+
+_DATE_TEXTS = _Texts(_date_text)
+_DATETIME_DAYS = _Texts(_datetime_day)
+_EPOCH_DAYS = _Texts(_epoch_day)
 
 
 def _is_utc(tz: tzinfo) -> bool:
@@ -191,7 +197,7 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t == FIELD_TYPE.SET:
         return _set_lines(src, column), None
     if t == FIELD_TYPE.DATE:
-        dates = src.const(_Texts(_date_text))
+        dates = src.const(_DATE_TEXTS)
         return [f"t = {dates}[data[p] | data[p + 1] << 8 | data[p + 2] << 16]", "p += 3",
                 "if t is None: z = 1"], "safe"
     if t == FIELD_TYPE.DATETIME2:
@@ -205,7 +211,7 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
             return [*lines, *general], "safe"
         # in UTC the text is the day's and the second's, laid out here; 0 (the zero text or the epoch)
         # and a fraction datetime refuses take the general way
-        days, digits = src.const(_Texts(_epoch_day)), src.const(_DIGITS2)
+        days, digits = src.const(_EPOCH_DAYS), src.const(_DIGITS2)
         clock = f"{{{days}[d]}}{{{digits}[s // 3600]}}:{{{digits}[s // 60 % 60]}}:{{{digits}[s % 60]}}"
         return [*lines, f"if s{' and us < 1000000' if fsp else ''}:", "    d, s = divmod(s, 86400)",
                 *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
@@ -285,7 +291,7 @@ def _datetime_lines(src: _Source, fsp: int) -> list[str]:
     new = src.const(datetime)
     timespec = _TIMESPECS.get(fsp)
     layout = f"v.isoformat(' ', '{timespec}')" if timespec else f"v.isoformat(' ', 'microseconds')[:{20 + fsp}]"
-    days, digits = src.const(_Texts(_datetime_day)), src.const(_DIGITS2)
+    days, digits = src.const(_DATETIME_DAYS), src.const(_DIGITS2)
     clock = f"{{t}}{{{digits}[h]}}:{{{digits}[m]}}:{{{digits}[s]}}" + (".{f}" if fsp else "")
     return ["n = int.from_bytes(data[p:p + 5], 'big')", "p += 5", *_fsp_lines(fsp),
             f"t = {days}[n >> 17 & 4194303]", "h = n >> 12 & 31; m = n >> 6 & 63; s = n & 63",
