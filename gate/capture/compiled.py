@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+from binascii import b2a_base64 as b2a
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone, tzinfo
 from json.encoder import encode_basestring
@@ -39,8 +40,10 @@ from gate.capture.values import (
     BinaryFormat,
     _binary_padding,
     column_renderer,
+    render_base64,
     render_float32,
     render_float64,
+    render_hex,
     render_microseconds,
 )
 from gate.common.columns import Transform
@@ -172,15 +175,18 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t in _INTS:
         signed, unsigned, size = _INTS[t]
         unpack = src.const(struct.Struct(unsigned if column.unsigned else signed).unpack_from)
-        return [f"t = str({unpack}(data, p)[0])", f"p += {size}"], "safe"
+        # without a rule the cell's f-string formats the int as str() would; a rule is given the text
+        return [f"t = {unpack}(data, p)[0]" if plain else f"t = str({unpack}(data, p)[0])", f"p += {size}"], "safe"
     if t == FIELD_TYPE.INT24:
         return [f"t = str(int.from_bytes(data[p:p + 3], 'little', signed={not column.unsigned}))", "p += 3"], "safe"
     if t == FIELD_TYPE.YEAR:
         return ["t = str(data[p] + 1900) if data[p] else '0000'", "p += 1"], "safe"
-    if t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
-        fmt, size, render = ("<f", 4, render_float32) if t == FIELD_TYPE.FLOAT else ("<d", 8, render_float64)
-        unpack = src.const(struct.Struct(fmt).unpack_from)
-        return [f"t = {src.const(render)}({unpack}(data, p)[0])", f"p += {size}"], "safe"
+    if t == FIELD_TYPE.FLOAT:
+        unpack = src.const(struct.Struct("<f").unpack_from)
+        return [f"t = {src.const(render_float32)}({unpack}(data, p)[0])", "p += 4"], "safe"
+    if t == FIELD_TYPE.DOUBLE:
+        unpack = src.const(struct.Struct("<d").unpack_from)
+        return [f"t = {unpack}(data, p)[0]", "p += 8", *_double_lines(src)], "safe"
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal_lines(src, column), "safe"
     if t == FIELD_TYPE.BIT:
@@ -222,6 +228,13 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t in _TEXT or t == FIELD_TYPE.GEOMETRY:
         return _string_lines(src, column), None
     raise ValueError(f"column {column.name!r}: MySQL type {t} has no compiled form")
+
+
+def _double_lines(src: _Source) -> list[str]:
+    """Lines rendering the DOUBLE ``t`` as :func:`render_float64` does, its usual case (a magnitude in
+    [1e-4, 1e15): repr without a trailing ``.0``) without the call."""
+    return ["if 0.0001 <= t < 1e15 or -1e15 < t <= -0.0001:", "    t = repr(t)", "    if t[-2:] == '.0': t = t[:-2]",
+            f"else: t = {src.const(render_float64)}(t)"]
 
 
 def _little(size: int) -> str:
@@ -369,8 +382,10 @@ def _cell(src: _Source, key: str, kind: str | None, binary: bool, change: Transf
     if binary:
         if change is not None:
             return _fstring("@" + src.const(key), f"@{enc}({src.const(_ruled_binary(change, encode))}(t))", "}")
-        return f"{_fstring('@' + src.const(key), chr(34), f'@{src.const(encode)}(t)', chr(34) + '}')} if t else " \
-               f"{key + chr(34) * 2 + '}'!r}"
+        # the binary formats' encoders, their bodies written out (no call)
+        assert encode in (render_base64, render_hex)
+        text = f"{src.const(b2a)}(t, newline=False).decode()" if encode is render_base64 else "t.hex()"
+        return f"{_fstring('@' + src.const(key), chr(34), '@' + text, chr(34) + '}')} if t else {key + chr(34) * 2 + '}'!r}"
     if change is not None:
         return _fstring("@" + src.const(key), f"@{enc}({src.const(change)}(t))", "}")
     if kind == "json":
@@ -414,7 +429,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
             zero_cell = key + encode_basestring(zero if change is None else str(change(zero))) + "}"
         plans.append((excluded, lines, cell, zero_cell, key + "null}"))
     src.add(0, "def image(data, p):",
-            f"    nulls = int.from_bytes(data[p:p + {null_bytes}], 'little')",
+            f"    nulls = {_little(null_bytes)}",
             f"    p += {null_bytes}",
             f"    if not nulls & {(1 << len(columns)) - 1}:")  # bits past the last column may be set
     cells = []
@@ -433,7 +448,11 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
                 excluded, _, cell, _, _ = plans[k]
                 if not excluded:
                     # an int is formatted by the cell's f-string as str() would
-                    src.add(2, f"t = v[{n}]" if part[2] is str else f"t = {src.const(part[2])}(v[{n}])", f"c{k} = {cell}")
+                    if part[2] is render_float64:
+                        src.add(2, f"t = v[{n}]", *_double_lines(src), f"c{k} = {cell}")
+                    else:
+                        src.add(2, f"t = v[{n}]" if part[2] is str else f"t = {src.const(part[2])}(v[{n}])",
+                                f"c{k} = {cell}")
                     cells.append(f"c{k}")
             i = run
             continue
