@@ -99,7 +99,8 @@ def test_type_matrix_decodes_the_same_both_ways(sandbox: Sandbox, unique_name: s
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The type matrix's rows (min, max, zero, NULL, mixed, 200 random numbers and times) inserted,
     updated and deleted: the compiled decoders decode every event, to the library's text, under no
-    rules and under rules of every kind, in base64 and hex, in UTC and in Asia/Tokyo."""
+    rules and under rules of every kind, in base64 and hex, in UTC (both ways of naming it), Asia/Tokyo and
+    America/New_York."""
     monkeypatch.setenv(KEY_ENV, "compiled-test-key")
     cur = source_cursor
     cur.execute("CREATE TABLE everything (" + ", ".join(f"`{n}` {d}" for n, d, _ in COLUMNS) + ")")
@@ -125,7 +126,7 @@ def test_type_matrix_decodes_the_same_both_ways(sandbox: Sandbox, unique_name: s
     cur.execute("DELETE FROM numbers WHERE id > 150")
     cases: list[tuple[tzinfo, BinaryFormat, tuple[ColumnRule, ...]]] = [
         (timezone.utc, "base64", ()), (ZoneInfo("Asia/Tokyo"), "hex", ()), (timezone.utc, "base64", RULES),
-        (ZoneInfo("America/New_York"), "hex", RULES)]
+        (ZoneInfo("America/New_York"), "hex", RULES), (ZoneInfo("UTC"), "base64", ())]  # gate's default zone
     for tz, binary_format, rules in cases:
         compiled, library = both_ways(sandbox.source, unique_name, start, tz, binary_format, rules)
         assert (compiled, library) == (21, 0)

@@ -18,7 +18,8 @@ from tests.replay import server_config
 
 def test_decoders_give_what_the_translator_gives_in_process(sandbox: Sandbox, unique_name: str) -> None:
     """The failover dedupe translates row events in the reader's process before they go to the decoders:
-    the tables they carry must still pickle (renderers of TIME, SET and others do not)."""
+    the tables they carry must still pickle (renderers of TIME, SET and others do not). The decoders hand
+    each row's data over as the UTF-8 bytes of the same text (the writers send bytes)."""
     db = f"src_{unique_name}"
     start = current_position(server_config(sandbox.source))
     with sandbox.source.connect() as conn, conn.cursor() as cur:
@@ -26,7 +27,8 @@ def test_decoders_give_what_the_translator_gives_in_process(sandbox: Sandbox, un
         cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, tm TIME(3), s SET('a','b','c'), e ENUM('x','y'), "
                     "ts TIMESTAMP(2) NULL, d DECIMAL(9,3), b VARBINARY(8), j JSON, bt BIT(5))")
         cur.execute(f"INSERT INTO {db}.t VALUES (1, '-838:59:58.5', 'a,c', 'y', '2024-05-01 10:00:00.25', "
-                    "-1.5, x'00ff', '{\"k\": [1]}', b'10101'), (2, NULL, '', NULL, NULL, NULL, NULL, NULL, NULL)")
+                    "-1.5, x'00ff', '{\"k\": [1], \"é\": \"🚀\"}', b'10101'), "
+                    "(2, NULL, '', NULL, NULL, NULL, NULL, NULL, NULL)")
         cur.execute(f"UPDATE {db}.t SET tm = '00:00:01', s = 'b' WHERE id = 1")
         cur.execute(f"DELETE FROM {db}.t WHERE id = 2")
         conn.commit()
@@ -50,7 +52,8 @@ def test_decoders_give_what_the_translator_gives_in_process(sandbox: Sandbox, un
             pool.collect(timeout=0.5)
     finally:
         pool.close()
-    assert job.result == in_process
+    assert job.result == [[(db_, table, optype, data.encode()) for db_, table, optype, data in changes]
+                          for changes in in_process]
     assert [c[2] for changes in in_process for c in changes] == ["INSERT", "INSERT", "UPDATE", "DELETE"]
     assert '{"tm":"-838:59:58.500"},{"s":"a,c"}' in in_process[0][0][3]
 

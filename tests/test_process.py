@@ -3,13 +3,15 @@ without running gate's main script again."""
 
 from __future__ import annotations
 
+import multiprocessing.connection
 import os
+import queue
 import sys
 from typing import Any
 
 import pytest
 
-from gate.common.process import _CTX, start_forkserver
+from gate.common.process import _CTX, Outbox, start_forkserver
 
 
 def _report(name: str, out: Any) -> None:
@@ -24,5 +26,33 @@ def test_a_child_has_the_environment_of_its_start_and_not_the_main_script(monkey
     child.start()
     try:
         assert out.get(timeout=60) == ("set after the forkserver started", None)
+    finally:
+        child.join(timeout=10)
+
+
+def test_an_outbox_looks_at_an_empty_queue_without_a_selector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outbox.get() on an empty queue raises queue.Empty without multiprocessing.connection.wait (which
+    builds a selector per look); a message sent by a child is taken, in order, then Empty again."""
+    start_forkserver(["gate.capture.children"])
+    box = _CTX.Queue()
+    outbox = Outbox(box)
+    real_wait = multiprocessing.connection.wait
+
+    def no_selector(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an empty look went through multiprocessing.connection.wait")
+
+    monkeypatch.setattr(multiprocessing.connection, "wait", no_selector)
+    with pytest.raises(queue.Empty):
+        outbox.get()
+    monkeypatch.setattr(multiprocessing.connection, "wait", real_wait)
+    child = _CTX.Process(target=_report, args=("GATE_TEST_UNSET_VARIABLE", box), daemon=True)
+    child.start()
+    try:
+        assert outbox.get(timeout=60) == (None, None)
+        box.put("second")
+        assert real_wait([box._reader], timeout=10)  # the queue's feeder thread has written it
+        assert outbox.get() == "second"
+        with pytest.raises(queue.Empty):
+            outbox.get()
     finally:
         child.join(timeout=10)

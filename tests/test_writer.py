@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gate.admin.status import ChannelStatus, channel_status
-from gate.capture.writer import GROUP_ROWS, MAX_STATEMENT, _dc_session, _take, _write, insert_statements
+from gate.capture.writer import GROUP_ROWS, INSERT, MAX_STATEMENT, _dc_session, _take, _write, insert_statements
 from gate.cli import main
 from gate.common.dc import ChannelSettings, connect, create_channel
+from gate.common.errors import RowTooLarge
 from gate.devtools.sandbox import Sandbox
 from tests.replay import make_channel, running, server_config, start_gate, wait_caught_up, wait_running
 
@@ -50,6 +53,53 @@ def test_awkward_text_comes_back_exactly_and_long_chunks_split(sandbox: Sandbox,
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL sql_mode = REPLACE(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES', '')")
         conn.close()
+
+
+def _text_statements(rows: list[Any], max_packet: int, data_as_bytes: bool) -> list[str]:
+    """The INSERTs as text, split as insert_statements splits them (at most about MAX_STATEMENT characters
+    each, a statement of (max_packet - 1) // 4 characters always fitting; data the decoders give as UTF-8
+    counted a character per byte): the model of what is sent."""
+    def literal(text: str) -> str:
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\0", "\\0") + "'"
+
+    budget = min(MAX_STATEMENT, (max_packet - 1) // 4 - len(INSERT))
+    statements: list[list[str]] = [[]]
+    size = 0
+    for r in rows:
+        value = f"({r[0]},{r[1]},{','.join(literal(t) for t in r[2:])})"
+        length = len(value) + (len(r[7].encode()) - len(r[7]) if data_as_bytes else 0)
+        if statements[-1] and size + length > budget:
+            statements.append([])
+            size = 0
+        statements[-1].append(value)
+        size += length + 1
+    return [INSERT + ",".join(values) for values in statements if values]
+
+
+TEXTS = st.lists(st.sampled_from(["a", "é", "数", "🚀", "'", "\\", "\0", '"', "\n", "x" * 500, "🚀" * 60, "é" * 99]),
+                 max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.tuples(TEXTS, st.sampled_from(["db", "dé", "d'b"]), st.sampled_from(["h:1", "hé🚀"]),
+                                st.sampled_from(["INSERT", "DELETE"])), min_size=1, max_size=30),
+       max_packet=st.sampled_from([1 << 30, 1 << 16, 4096, 1500, 700]), data_as_bytes=st.booleans())
+def test_insert_statements_are_the_utf8_of_the_text_statements(texts: list[tuple[str, str, str, str]],
+                                                               max_packet: int, data_as_bytes: bool) -> None:
+    """The INSERTs are built as UTF-8 bytes (escaped in the bytes, sized in characters, data the decoders
+    hand over as UTF-8 in bytes): they are the text statements encoded, split at the same rows; a row whose
+    INSERT alone is more than the packet raises RowTooLarge with its size in bytes."""
+    rows = [(n + 1, 7, db, f"t{n % 3}", "2024-05-01 10:00:00", instance, optype, text)
+            for n, (text, db, instance, optype) in enumerate(texts)]
+    want = [statement.encode() for statement in _text_statements(rows, max_packet, data_as_bytes)]
+    given_rows = [(*r[:7], r[7].encode()) for r in rows] if data_as_bytes else rows
+    too_large = [s for s in want if len(s) + 1 > max_packet]
+    if too_large:
+        with pytest.raises(RowTooLarge) as raised:
+            insert_statements(given_rows, max_packet)
+        assert raised.value.size == len(too_large[0])
+    else:
+        assert insert_statements(given_rows, max_packet) == want
 
 
 def test_writer_sessions_are_set_up_and_tagged_in_one_query_each(sandbox: Sandbox, unique_name: str,
@@ -157,7 +207,7 @@ def test_rows_against_a_small_max_allowed_packet_split_or_wait_loudly(make_sandb
         (n + 2, 2, "INSERT", {"NEW": [{"id": str(n)}, {"v": text}]}) for n, text in enumerate(texts)]
     [whole] = insert_statements(list(chunk))  # what the writers sent before: one INSERT of 320 KB
     split = insert_statements(list(chunk), PACKET)
-    assert len(whole.encode()) > PACKET and len(split) == 6 and all(len(s.encode()) < PACKET for s in split)
+    assert len(whole) > PACKET and len(split) == 6 and all(len(s) < PACKET for s in split)  # bytes, as sent
 
     with sb.source.connect() as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO src.t VALUES (100, %s)", ("x" * 200_000,))  # row 42: no INSERT of it fits
@@ -183,7 +233,7 @@ def test_rows_against_a_small_max_allowed_packet_split_or_wait_loudly(make_sandb
         assert cur.fetchall() == ()
     assert (json.loads(big[7]), json.loads(after[7])) == ({"NEW": [{"id": "100"}, {"v": "x" * 200_000}]},
                                                           {"NEW": [{"id": "101"}, {"v": "after"}]})
-    size = len(insert_statements([big])[0].encode())
+    size = len(insert_statements([big])[0])
     message = (
         f"Channel '{name}': row id 42 does not fit the DC server's max_allowed_packet: its INSERT is {size} bytes "
         f"and the DC server {sb.dc.address} accepts packets of {PACKET} bytes. The checkpoint stays below id 42 "
@@ -265,8 +315,8 @@ def test_a_fenced_chunk_and_checkpoint_are_one_query_each_and_a_stale_epoch_writ
     queries: list[str] = []
     original = pymysql.connections.Connection.query
 
-    def counted(self: pymysql.connections.Connection, sql: str, *args: Any, **kwargs: Any) -> Any:
-        queries.append(sql)
+    def counted(self: pymysql.connections.Connection, sql: str | bytes, *args: Any, **kwargs: Any) -> Any:
+        queries.append(sql if isinstance(sql, str) else sql.decode())  # the writers send bytes
         return original(self, sql, *args, **kwargs)
 
     def checkpoint(cur: Any) -> None:
@@ -335,8 +385,8 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
     queries: list[str] = []
     original = pymysql.connections.Connection.query
 
-    def counted(self: pymysql.connections.Connection, sql: str, *args: Any, **kwargs: Any) -> Any:
-        queries.append(sql)
+    def counted(self: pymysql.connections.Connection, sql: str | bytes, *args: Any, **kwargs: Any) -> Any:
+        queries.append(sql if isinstance(sql, str) else sql.decode())  # the writers send bytes
         return original(self, sql, *args, **kwargs)
 
     session, seconds = _dc_session(dc, unique_name, link)

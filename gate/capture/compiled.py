@@ -23,9 +23,11 @@ partial JSON updates), for which :meth:`TableDecoder.changes` returns None.
 
 from __future__ import annotations
 
+import pickle
 import struct
+from binascii import b2a_base64 as b2a
 from collections.abc import Callable, Sequence
-from datetime import date, datetime, tzinfo
+from datetime import date, datetime, timezone, tzinfo
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -38,8 +40,10 @@ from gate.capture.values import (
     BinaryFormat,
     _binary_padding,
     column_renderer,
+    render_base64,
     render_float32,
     render_float64,
+    render_hex,
     render_microseconds,
 )
 from gate.common.columns import Transform
@@ -62,6 +66,62 @@ _ROW_EVENTS = {
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes of a group of 0..9 leftover digits
 _FSP_BYTES = (0, 1, 1, 2, 2, 3, 3)
 _TIMESPECS = {0: "seconds", 3: "milliseconds", 6: "microseconds"}
+_DIGITS2 = tuple(f"{i:02d}" for i in range(1024))  # at least two digits: TIME's hours (10 bits), minutes, seconds
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+_UTC_KEYS = ("UTC", "Etc/UTC")  # zoneinfo names of UTC: TIMESTAMP needs no conversion
+
+
+class _Texts(dict[int, Any]):
+    """The text of a key made once by ``make`` (at most 16,384 kept): the date parts of temporal values,
+    which repeat across rows far more than whole values do. ``make`` raising stores nothing. One per kind
+    of date in a process, shared by every column and table (about 2 MB at most each)."""
+
+    def __init__(self, make: Callable[[int], Any]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: int) -> Any:
+        if len(self) >= 16384:
+            self.clear()
+        text = self[key] = self.make(key)
+        return text
+
+
+def _date_text(n: int) -> str | None:
+    """DATE's 3 bytes as a number: its text, None for a zero part (the library's None); an impossible
+    date raises ValueError, as the library's decoding does."""
+    y, m, d = n >> 9 & 0x7FFF, n >> 5 & 15, n & 31
+    return date(y, m, d).isoformat() if y and m and d else None
+
+
+def _datetime_day(n: int) -> str:
+    """DATETIME2's date bits (year * 13 + month, day) as ``YYYY-MM-DD `` (space included), or '' where
+    ``datetime()`` refuses them (the library's None: the zero text)."""
+    ym = n >> 5
+    try:
+        return date(ym // 13, ym % 13, n & 31).isoformat() + " "
+    except ValueError:
+        return ""
+
+
+def _epoch_day(n: int) -> str:
+    """Day ``n`` after 1970-01-01 as ``YYYY-MM-DD `` (space included)."""
+    return date.fromordinal(_EPOCH_DAY + n).isoformat() + " "
+
+
+_DATE_TEXTS = _Texts(_date_text)
+_DATETIME_DAYS = _Texts(_datetime_day)
+_EPOCH_DAYS = _Texts(_epoch_day)
+
+
+def _is_utc(tz: tzinfo) -> bool:
+    return tz == timezone.utc or getattr(tz, "key", None) in _UTC_KEYS
+
+
+def _fraction_lines(fsp: int) -> list[str]:
+    """Lines setting ``f`` to the ``fsp`` fractional digits of ``us`` microseconds (0 when negative, as
+    ``replace(microsecond=us)`` is skipped then)."""
+    return [f"f = str(1000000 + us)[1:{1 + fsp}] if us > 0 else {'0' * fsp!r}"]
 
 
 def supported(columns: Sequence[Column]) -> bool:
@@ -69,9 +129,12 @@ def supported(columns: Sequence[Column]) -> bool:
     return all(column.type in _SUPPORTED for column in columns)
 
 
-def column_shape(column: Column) -> tuple[Any, ...]:
-    """Everything a table map says of a column, hashable: equal shapes decode alike."""
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(column).items())
+def columns_shape(columns: Sequence[Column]) -> bytes:
+    """Everything a table map says of its columns, hashable: equal shapes decode alike. Pickled, a third
+    of the cost of a tuple built attribute by attribute (a decoder process does this for every table of
+    every job); equal bytes are equal attributes, and equal attributes pickled apart would at worst
+    compile a decoder twice."""
+    return pickle.dumps([vars(column) for column in columns], pickle.HIGHEST_PROTOCOL)
 
 
 class _Source:
@@ -112,15 +175,18 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
     if t in _INTS:
         signed, unsigned, size = _INTS[t]
         unpack = src.const(struct.Struct(unsigned if column.unsigned else signed).unpack_from)
-        return [f"t = str({unpack}(data, p)[0])", f"p += {size}"], "safe"
+        # without a rule the cell's f-string formats the int as str() would; a rule is given the text
+        return [f"t = {unpack}(data, p)[0]" if plain else f"t = str({unpack}(data, p)[0])", f"p += {size}"], "safe"
     if t == FIELD_TYPE.INT24:
         return [f"t = str(int.from_bytes(data[p:p + 3], 'little', signed={not column.unsigned}))", "p += 3"], "safe"
     if t == FIELD_TYPE.YEAR:
         return ["t = str(data[p] + 1900) if data[p] else '0000'", "p += 1"], "safe"
-    if t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
-        fmt, size, render = ("<f", 4, render_float32) if t == FIELD_TYPE.FLOAT else ("<d", 8, render_float64)
-        unpack = src.const(struct.Struct(fmt).unpack_from)
-        return [f"t = {src.const(render)}({unpack}(data, p)[0])", f"p += {size}"], "safe"
+    if t == FIELD_TYPE.FLOAT:
+        unpack = src.const(struct.Struct("<f").unpack_from)
+        return [f"t = {src.const(render_float32)}({unpack}(data, p)[0])", "p += 4"], "safe"
+    if t == FIELD_TYPE.DOUBLE:
+        unpack = src.const(struct.Struct("<d").unpack_from)
+        return [f"t = {unpack}(data, p)[0]", "p += 8", *_double_lines(src)], "safe"
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal_lines(src, column), "safe"
     if t == FIELD_TYPE.BIT:
@@ -132,29 +198,48 @@ def _value_lines(src: _Source, column: Column, tz: tzinfo, binary_format: Binary
             return [f"p += {column.size}"], "null"
         # without a column rule the labels are kept JSON-encoded already
         labels = src.const(tuple(encode_basestring(label) if plain else label for label in column.enum_values))
-        return ([f"t = {labels}[int.from_bytes(data[p:p + {column.size}], 'little')]", f"p += {column.size}"],
+        return ([f"t = {labels}[{_little(column.size)}]", f"p += {column.size}"],
                 "json" if plain else None)
     if t == FIELD_TYPE.SET:
         return _set_lines(src, column), None
     if t == FIELD_TYPE.DATE:
-        new = src.const(date)
-        return ["n = data[p] | data[p + 1] << 8 | data[p + 2] << 16", "p += 3",
-                "y = n >> 9 & 0x7FFF; m = n >> 5 & 15; d = n & 31",
-                f"if y and m and d: t = {new}(y, m, d).isoformat()",
-                "else: z = 1"], "safe"
+        dates = src.const(_DATE_TEXTS)
+        return [f"t = {dates}[data[p] | data[p + 1] << 8 | data[p + 2] << 16]", "p += 3",
+                "if t is None: z = 1"], "safe"
     if t == FIELD_TYPE.DATETIME2:
         return _datetime_lines(src, fsp), "safe"
     if t == FIELD_TYPE.TIMESTAMP2:
         stamp, _ = column_renderer(column, tz, binary_format)
         utc = src.const(datetime.utcfromtimestamp)
-        return ["s = int.from_bytes(data[p:p + 4], 'big', signed=True)", "p += 4", *_fsp_lines(fsp),
-                f"v = {utc}(s)", "if us > 0: v = v.replace(microsecond=us)",
-                f"t = {src.const(stamp)}(v)"], "safe"
+        general = [f"v = {utc}(s)", "if us > 0: v = v.replace(microsecond=us)", f"t = {src.const(stamp)}(v)"]
+        lines = ["s = int.from_bytes(data[p:p + 4], 'big', signed=True)", "p += 4", *_fsp_lines(fsp)]
+        if not _is_utc(tz):
+            return [*lines, *general], "safe"
+        # in UTC the text is the day's and the second's, laid out here; 0 (the zero text or the epoch)
+        # and a fraction datetime refuses take the general way
+        days, digits = src.const(_EPOCH_DAYS), src.const(_DIGITS2)
+        clock = f"{{{days}[d]}}{{{digits}[s // 3600]}}:{{{digits}[s // 60 % 60]}}:{{{digits}[s % 60]}}"
+        return [*lines, f"if s{' and us < 1000000' if fsp else ''}:", "    d, s = divmod(s, 86400)",
+                *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
+                f"    t = f'{clock}{'.{f}' if fsp else ''}'",
+                "else:", *("    " + line for line in general)], "safe"
     if t == FIELD_TYPE.TIME2:
         return _time_lines(src, fsp), "safe"
     if t in _TEXT or t == FIELD_TYPE.GEOMETRY:
         return _string_lines(src, column), None
     raise ValueError(f"column {column.name!r}: MySQL type {t} has no compiled form")
+
+
+def _double_lines(src: _Source) -> list[str]:
+    """Lines rendering the DOUBLE ``t`` as :func:`render_float64` does, its usual case (a magnitude in
+    [1e-4, 1e15): repr without a trailing ``.0``) without the call."""
+    return ["if 0.0001 <= t < 1e15 or -1e15 < t <= -0.0001:", "    t = repr(t)", "    if t[-2:] == '.0': t = t[:-2]",
+            f"else: t = {src.const(render_float64)}(t)"]
+
+
+def _little(size: int) -> str:
+    """The expression of the little-endian unsigned integer of ``size`` bytes at ``p``."""
+    return "data[p]" if size == 1 else f"int.from_bytes(data[p:p + {size}], 'little')"
 
 
 def _decimal_lines(src: _Source, column: Column) -> list[str]:
@@ -206,23 +291,33 @@ def _set_lines(src: _Source, column: Column) -> list[str]:
             found = texts[mask] = ",".join([label for label in labels if label in chosen]) if chosen else None
         return found
 
-    return [f"t = {src.const(text)}(int.from_bytes(data[p:p + {column.size}], 'little'))", f"p += {column.size}",
+    return [f"t = {src.const(text)}({_little(column.size)})", f"p += {column.size}",
             "if t is None: z = 1"]
 
 
 def _datetime_lines(src: _Source, fsp: int) -> list[str]:
     """DATETIME2: 40 bits big-endian (sign, year*13+month, day, hour, minute, second), then the fraction;
-    an invalid date (zero month or day, year 0) is the library's None, the zero text."""
+    an invalid date (zero month or day, year 0) is the library's None, the zero text.
+
+    A valid date (its text made once per day), a valid time of day and a fraction below a second are
+    laid out here; anything else goes the general way, through ``datetime`` as the library does."""
     new = src.const(datetime)
     timespec = _TIMESPECS.get(fsp)
     layout = f"v.isoformat(' ', '{timespec}')" if timespec else f"v.isoformat(' ', 'microseconds')[:{20 + fsp}]"
+    days, digits = src.const(_DATETIME_DAYS), src.const(_DIGITS2)
+    clock = f"{{t}}{{{digits}[h]}}:{{{digits}[m]}}:{{{digits}[s]}}" + (".{f}" if fsp else "")
     return ["n = int.from_bytes(data[p:p + 5], 'big')", "p += 5", *_fsp_lines(fsp),
-            "ym = n >> 22 & 131071",
-            f"try: v = {new}(ym // 13, ym % 13, n >> 17 & 31, n >> 12 & 31, n >> 6 & 63, n & 63)",
-            "except ValueError: z = 1",
+            f"t = {days}[n >> 17 & 4194303]", "h = n >> 12 & 31; m = n >> 6 & 63; s = n & 63",
+            f"if t and h < 24 and m < 60 and s < 60{' and us < 1000000' if fsp else ''}:",
+            *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
+            f"    t = f'{clock}'",
             "else:",
-            "    if us > 0: v = v.replace(microsecond=us)",
-            f"    t = {layout}"]
+            "    ym = n >> 22 & 131071",
+            f"    try: v = {new}(ym // 13, ym % 13, n >> 17 & 31, h, m, s)",
+            "    except ValueError: z = 1",
+            "    else:",
+            "        if us > 0: v = v.replace(microsecond=us)",
+            f"        t = {layout}"]
 
 
 def _time_lines(src: _Source, fsp: int) -> list[str]:
@@ -239,9 +334,17 @@ def _time_lines(src: _Source, fsp: int) -> list[str]:
                   f"if i < 0 and f: i += 1; f -= {wrap}", f"x = (i << 24) + f * {unit}"]
     else:
         lines += ["p += 3", "x = i << 24"]
-    return [*lines, "a = -x if x < 0 else x", "h = a >> 24",
-            "us = (((h >> 12 & 1023) * 60 + (h >> 6 & 63)) * 60 + (h & 63)) * 1000000 + (a & 16777215)",
-            f"t = {render}(-us if x < 0 else us, {fsp})"]
+    # hours, minutes, seconds and a fraction in their ranges are laid out here (a negative value then
+    # is not zero: the sign shows); anything else through the microseconds, as render_timedelta does
+    digits = src.const(_DIGITS2)
+    clock = f"{{{digits}[h >> 12]}}:{{{digits}[h >> 6 & 63]}}:{{{digits}[h & 63]}}"
+    return [*lines, "a = -x if x < 0 else x", "h = a >> 24", "us = a & 16777215",
+            "if h < 4194304 and (h >> 6 & 63) < 60 and (h & 63) < 60 and us < 1000000:",
+            *(["    " + line for line in _fraction_lines(fsp)] if fsp else []),
+            f"    t = ('-' if x < 0 else '') + f'{clock}{'.{f}' if fsp else ''}'",
+            "else:",
+            "    us = (((h >> 12 & 1023) * 60 + (h >> 6 & 63)) * 60 + (h & 63)) * 1000000 + us",
+            f"    t = {render}(-us if x < 0 else us, {fsp})"]
 
 
 def _string_lines(src: _Source, column: Column) -> list[str]:
@@ -252,7 +355,8 @@ def _string_lines(src: _Source, column: Column) -> list[str]:
         width = column.length_size
     else:
         width = 2 if column.max_length > 255 else 1
-    lines = [f"n = int.from_bytes(data[p:p + {width}], 'little')" if width > 1 else "n = data[p]",
+    lines = [f"n = int.from_bytes(data[p:p + {width}], 'little')" if width > 2 else
+             "n = data[p] | data[p + 1] << 8" if width == 2 else "n = data[p]",
              f"b = data[p + {width}:p + {width} + n]", f"p += {width} + n"]
     pad_to = _binary_padding(column)
     if pad_to is not None:
@@ -260,6 +364,13 @@ def _string_lines(src: _Source, column: Column) -> list[str]:
     charset = column.character_set_name
     encoding = RowsEvent.charset_to_encoding(charset) if charset is not None else "utf-8"
     return [*lines, f"t = b.decode({encoding!r})"]
+
+
+def _fstring(*parts: str) -> str:
+    """An f-string expression joining ``parts`` in one step: ``@expression`` parts are evaluated (a str
+    or an int: both formatted as ``str()`` would), the others are literal text (no quote or backslash)."""
+    return "f'" + "".join("{" + part[1:] + "}" if part.startswith("@") else part.replace("{", "{{").replace("}", "}}")
+                          for part in parts) + "'"
 
 
 def _cell(src: _Source, key: str, kind: str | None, binary: bool, change: Transform | None,
@@ -270,15 +381,18 @@ def _cell(src: _Source, key: str, kind: str | None, binary: bool, change: Transf
         return repr(key + "null}")
     if binary:
         if change is not None:
-            return f"{src.const(key)} + {enc}({src.const(_ruled_binary(change, encode))}(t)) + '}}'"
-        return f"{src.const(key)} + ('\"' + {src.const(encode)}(t) + '\"' if t else '\"\"') + '}}'"
+            return _fstring("@" + src.const(key), f"@{enc}({src.const(_ruled_binary(change, encode))}(t))", "}")
+        # the binary formats' encoders, their bodies written out (no call)
+        assert encode in (render_base64, render_hex)
+        text = f"{src.const(b2a)}(t, newline=False).decode()" if encode is render_base64 else "t.hex()"
+        return f"{_fstring('@' + src.const(key), chr(34), '@' + text, chr(34) + '}')} if t else {key + chr(34) * 2 + '}'!r}"
     if change is not None:
-        return f"{src.const(key)} + {enc}({src.const(change)}(t)) + '}}'"
+        return _fstring("@" + src.const(key), f"@{enc}({src.const(change)}(t))", "}")
     if kind == "json":
-        return f"{src.const(key)} + t + '}}'"
+        return _fstring("@" + src.const(key), "@t", "}")
     if kind == "safe":  # digits, signs, points, dashes, colons, spaces: nothing to escape
-        return f"{src.const(key + chr(34))} + t + '\"}}'"
-    return f"{src.const(key)} + {enc}(t) + '}}'"
+        return _fstring("@" + src.const(key + chr(34)), "@t", '"}')
+    return _fstring("@" + src.const(key), f"@{enc}(t)", "}")
 
 
 _FIXED = {FIELD_TYPE.FLOAT: ("f", 4, render_float32), FIELD_TYPE.DOUBLE: ("d", 8, render_float64)}
@@ -315,7 +429,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
             zero_cell = key + encode_basestring(zero if change is None else str(change(zero))) + "}"
         plans.append((excluded, lines, cell, zero_cell, key + "null}"))
     src.add(0, "def image(data, p):",
-            f"    nulls = int.from_bytes(data[p:p + {null_bytes}], 'little')",
+            f"    nulls = {_little(null_bytes)}",
             f"    p += {null_bytes}",
             f"    if not nulls & {(1 << len(columns)) - 1}:")  # bits past the last column may be set
     cells = []
@@ -333,8 +447,12 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
                 assert part is not None
                 excluded, _, cell, _, _ = plans[k]
                 if not excluded:
-                    render = "str" if part[2] is str else src.const(part[2])
-                    src.add(2, f"t = {render}(v[{n}])", f"c{k} = {cell}")
+                    # an int is formatted by the cell's f-string as str() would
+                    if part[2] is render_float64:
+                        src.add(2, f"t = v[{n}]", *_double_lines(src), f"c{k} = {cell}")
+                    else:
+                        src.add(2, f"t = v[{n}]" if part[2] is str else f"t = {src.const(part[2])}(v[{n}])",
+                                f"c{k} = {cell}")
                     cells.append(f"c{k}")
             i = run
             continue
@@ -346,7 +464,7 @@ def _image_source(columns: Sequence[Column], tz: tzinfo, binary_format: BinaryFo
             src.add(2, f"c{i} = {zero_cell!r} if z else {cell}" if zero_cell is not None else f"c{i} = {cell}")
             cells.append(f"c{i}")
         i += 1
-    src.add(2, f"return '[' + ','.join(({', '.join(cells)}{',' if len(cells) == 1 else ''})) + ']', p")
+    src.add(2, f"return {_fstring('[', *[part for c in cells for part in (',', '@' + c)][1:], ']')}, p")
     src.add(1, "out = []", "put = out.append")
     for i, (excluded, lines, cell, zero_cell, null_cell) in enumerate(plans):  # some NULL
         src.add(1, f"if nulls & {1 << i}:", "    pass" if excluded else f"    put({null_cell!r})", "else:")
@@ -402,7 +520,7 @@ class TableDecoder:
             while p < end:
                 old, p = image(data, p)
                 new, p = image(data, p)
-                out.append('{"NEW":' + new + ',"OLD":' + old + "}")
+                out.append(f'{{"NEW":{new},"OLD":{old}}}')
         else:
             prefix = '{"' + kind + '":'
             while p < end:

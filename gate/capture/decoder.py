@@ -6,6 +6,10 @@ event's raw packet, with a pickled copy of its table map, into a :class:`Job`, a
 rebuilds the event and translates it with the same :class:`~gate.capture.translate.Translator` gate uses
 everywhere. Jobs come back in any order; the pipeline applies them in binlog order. So decoding runs
 on another core than reading and writing, which the GIL would otherwise serialise.
+
+Each row's data comes back as its UTF-8 bytes (:data:`Decoded`), the form the writers send: text would
+be encoded to UTF-8 and decoded again by each pickle on its way (decoder to main process to writer),
+at 4 bytes a character in memory for text with a character beyond U+FFFF.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from gate.capture.libshim import Ctl, StreamFormat, fix_library_charsets, raw_packet, rebuild_rows_event
 from gate.capture.reader import Rows
-from gate.capture.translate import Change, TableFilter, Translator
+from gate.capture.translate import Decoded, TableFilter, Translator
 from gate.capture.values import BinaryFormat
 from gate.common.columns import ColumnRule
 from gate.common.errors import DecoderFailed
@@ -37,7 +41,7 @@ class Job:
     rules: tuple[ColumnRule, ...] = ()  # the channel's column rules when the job's first event was read
     nbytes: int = 0
     started: float = field(default_factory=time.monotonic)
-    result: list[list[Change]] | None = None  # per event, once decoded
+    result: list[list[Decoded]] | None = None  # per event, once decoded
     _keys: dict[int, int] = field(default_factory=dict)  # table_id -> index in tables
     _seen: dict[int, tuple[Any, int]] = field(default_factory=dict)  # id(table) -> (table, index in tables)
 
@@ -64,15 +68,15 @@ class Job:
 
 
 def _decode(job: tuple[int, StreamFormat, list[tuple[str, int, bytes]], list[Any], tuple[ColumnRule, ...]],
-            translator: Translator) -> list[list[Change]]:
+            translator: Translator) -> list[list[Decoded]]:
     _no, fmt, events, tables, rules = job
     translator.set_rules(rules)  # the keys of hash rules come from this process's environment, inherited from gate
     ctl = Ctl(fmt)
-    out: list[list[Change]] = []
+    out: list[list[Decoded]] = []
     for optype, key, raw in events:
         table = tables[key]
         event = rebuild_rows_event(raw, table, fmt, ctl)
-        out.append(list(translator.rows(Rows(optype, event))))
+        out.append([(db, name, op, data.encode()) for db, name, op, data in translator.rows(Rows(optype, event))])
     return out
 
 
@@ -117,13 +121,13 @@ class DecoderPool(WorkerPool):
         """Store the results that have arrived; with ``timeout``, wait that long for the first one.
         At least once a second it also checks that no decoder has died (its job would never return)."""
         try:
-            item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
+            item = self._outbox.get(timeout)
             while True:
                 no, result, error = item
                 if error is not None:
                     raise DecoderFailed(f"A decoder could not decode the row events of job {no}: {error}")
                 self._waiting.pop(no).result = result
-                item = self._outbox.get_nowait()
+                item = self._outbox.get()
         except queue.Empty:
             if self._waiting:
                 self._check_alive(every=0.0 if timeout else 1.0)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Protocol
@@ -40,7 +40,7 @@ from gate.capture.libshim import StreamFormat
 from gate.capture.reader import Commit, Position, Rows
 from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.snapshot import Note, SnapshotOp
-from gate.capture.translate import Change
+from gate.capture.translate import Change, Decoded
 from gate.common.columns import ColumnRule
 from gate.common.dc import ResumeState
 
@@ -103,7 +103,7 @@ class PreparedChanges(Protocol):
     def prepare(self, xid: str) -> None:
         """A PREPARE group of ``xid`` starts: remove what is stored under it."""
 
-    def store(self, xid: str, first_seq: int, changes: list[tuple[Change, int]]) -> None:
+    def store(self, xid: str, first_seq: int, changes: list[tuple[Change | Decoded, int]]) -> None:
         """Store (change, source time) pairs as seq ``first_seq`` on (storing again changes nothing)."""
 
     def read(self, xid: str, after_seq: int, limit: int) -> list[tuple[int, Change]]:
@@ -144,7 +144,7 @@ class Ordering:
         self._chunk_since = time.monotonic()
         self._resolved: list[str] = []  # xids whose outcome the chunk being filled holds
         self._xid: str | None = None  # the XA PREPARE group being applied
-        self._unstored: list[tuple[Change, int]] = []  # its changes not stored yet, with their source time
+        self._unstored: list[tuple[Change | Decoded, int]] = []  # its changes not stored yet, with their source time
         self._stored = 0  # how many of its changes are stored
         self.rules: tuple[ColumnRule, ...] = ()  # the column rules new jobs carry to the decoders
         self._last = start or ResumeState()  # the last boundary applied: where a snapshot chunk's boundary points
@@ -296,7 +296,7 @@ class Ordering:
             self._open_at = None
         self.flush()
 
-    def _number(self, changes: list[Change], timestamp: int) -> None:
+    def _number(self, changes: Sequence[Change | Decoded], timestamp: int) -> None:
         if not self._rows:
             self._chunk_since = time.monotonic()
         self._rows.extend(self.sequencer.number(changes, timestamp))

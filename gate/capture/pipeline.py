@@ -76,7 +76,7 @@ from gate.capture.sequencer import DCRow, Sequencer
 from gate.capture.snapshot import Note, SnapshotEngine
 from gate.capture.stall import DcWatch
 from gate.capture.stopped import StopRecord, clear_stop, record_stop, refused_transaction
-from gate.capture.translate import Change, TableFilter, Translator
+from gate.capture.translate import Change, Decoded, TableFilter, Translator
 from gate.capture.writer import PACKET_QUERY, DcLink, WriterPool, forget_stuck, stuck_from, stuck_query
 from gate.common.columns import rule_keys
 from gate.common.config import ServerConfig
@@ -223,7 +223,7 @@ class PreparedInDC:
             pipeline._checkpoint(checkpointer)
         pipeline._on_dc(lambda conn: xa.discard(conn, pipeline.channel, xid))
 
-    def store(self, xid: str, first_seq: int, changes: list[tuple[Change, int]]) -> None:
+    def store(self, xid: str, first_seq: int, changes: list[tuple[Change | Decoded, int]]) -> None:
         self.pipeline._on_dc(lambda conn: xa.store(conn, self.pipeline.channel, xid, first_seq, changes))
 
     def read(self, xid: str, after_seq: int, limit: int) -> list[tuple[int, Change]]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from gate.capture.translate import Change
+from gate.capture.translate import Change, Decoded
 
-DCRow = tuple[int, int, str, str, str, str, str, str]
-"""id, tid, dbname, tablename, create_time (UTC text), instance_name, optype, data."""
+DCRow = tuple[int, int, str, str, str, str, str, str | bytes]
+"""id, tid, dbname, tablename, create_time (UTC text), instance_name, optype, data (text, or the decoders'
+UTF-8 bytes of it)."""
 
 
 class Sequencer:
@@ -35,7 +36,7 @@ class Sequencer:
             text = self._times[timestamp] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(timestamp))
         return text
 
-    def number(self, changes: Iterable[Change], timestamp: int) -> list[DCRow]:
+    def number(self, changes: Iterable[Change | Decoded], timestamp: int) -> list[DCRow]:
         """Give ids (and, for the first change of a transaction, a new tid) to changes."""
         out: list[DCRow] = []
         created = self._create_time(timestamp)

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any, NoReturn, TypeVar
 
-from gate.capture.compiled import TableDecoder, build, column_shape
+from gate.capture.compiled import TableDecoder, build, columns_shape
 from gate.capture.ddl import DdlChange, dml_tables, parse_ddl, statement_kind, unlogged_tables
 from gate.capture.ddl_tokens import ColumnDescriber
 from gate.capture.libshim import row_data
@@ -27,6 +27,7 @@ from gate.common.errors import ColumnRuleRefused, PartialRowImage, RowMetadataMi
 log = logging.getLogger(__name__)
 
 Change = tuple[str, str, str, str]  # dbname, tablename, optype, data (JSON text)
+Decoded = tuple[str, str, str, bytes]  # a Change as the decoder processes hand it over: data in UTF-8
 
 dumps = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
 
@@ -106,7 +107,7 @@ class Translator:
         self._checked: dict[int, tuple[Any, object]] = {}  # the table maps the rules were checked against
         self.compiled = compiled
         self._decoders: dict[int, tuple[Any, TableDecoder | None]] = {}  # id(table) -> (table, its compiled decoder)
-        self._shapes: dict[tuple[Any, ...], TableDecoder | None] = {}  # what a table map says -> its decoder
+        self._shapes: dict[tuple[str, str, bytes], TableDecoder | None] = {}  # what a table map says -> its decoder
         self.rules: tuple[ColumnRule, ...] = ()
         self._keys: dict[str, bytes] = {}
         self.set_rules(rules)
@@ -153,7 +154,7 @@ class Translator:
         return _per_table_map(self._decoders, event, lambda: self._decoder_of_shape(event))
 
     def _decoder_of_shape(self, event: Any) -> TableDecoder | None:
-        shape = (event.schema, event.table, tuple(column_shape(column) for column in event.columns))
+        shape = (event.schema, event.table, columns_shape(event.columns))
         if shape not in self._shapes:
             if len(self._shapes) >= 256:
                 self._shapes.clear()

@@ -102,9 +102,14 @@ def render_float32(x: float) -> str:
 
     The value rounded to 6 digits in one format call: when its shortest round-trip digits are 6 or fewer,
     they are that rounding without its trailing zeros (the double lies within half an ulp of them, far
-    inside the 6-digit grid's half step), so they need not be looked for first (3 times the time)."""
+    inside the 6-digit grid's half step), so they need not be looked for first (3 times the time). Where
+    that rounding lies in [1e-4, 1e6), format's ``g`` lays it out as my_gcvt() does (plain notation, no
+    trailing zeros) at a quarter of the cost; outside it (an exponent, inf, nan) the digits are laid out here."""
     if x == 0:
         return "0"
+    text = f"{x:.{_FLT_DIG}g}"
+    if "e" not in text and "n" not in text:
+        return text
     mantissa, _, exponent = f"{abs(x):.{_FLT_DIG - 1}e}".partition("e")
     if not exponent:  # inf, nan: as the shortest digits give them
         digits, decpt = _shortest_digits(x)

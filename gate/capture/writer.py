@@ -38,6 +38,7 @@ from gate.common.retry import backoff, is_transient, refusal
 INSERT = ("INSERT INTO transfer_data (id, tid, dbname, tablename, create_time, instance_name, optype, data) "
           "VALUES ")
 MAX_STATEMENT = 1 << 18  # characters of SQL per INSERT (at most 1 MB in utf8mb4), fewer for a smaller packet
+_INSERT = INSERT.encode()
 LARGEST_PACKET = 1 << 30  # the largest max_allowed_packet MariaDB and MySQL accept
 STUCK_RETRY = 5.0  # seconds between attempts to write a row larger than the DC's max_allowed_packet
 REPORT_EVERY = 60.0  # seconds between repeated log lines about the same chunk
@@ -100,58 +101,72 @@ def _dc_session(server: ServerConfig, database: str, link: DcLink | None = None)
     return _Session(conn, int(max_packet)), rtt
 
 
-def _literal(text: str) -> str:
-    """A quoted SQL string literal. With backslash escapes on (the session ensures it) only the
-    backslash, the quote and NUL need escaping; the text goes as utf8mb4, as the connection's charset."""
-    if "\\" in text:
-        text = text.replace("\\", "\\\\")
-    if "'" in text:
-        text = text.replace("'", "\\'")
-    if "\0" in text:
-        text = text.replace("\0", "\\0")
-    return "'" + text + "'"
+def _escaped(text: str | bytes) -> tuple[bytes, int]:
+    """The body of a quoted SQL string literal of ``text`` as the bytes sent, and how many more bytes than
+    characters it has (0 for bytes: counted as if each were a character, at least as many). Text goes as
+    utf8mb4, the connection's charset, encoded as PyMySQL encodes a query (strict UTF-8); bytes are that
+    already (the decoders' rows). With backslash escapes on (the session ensures it) only the backslash,
+    the quote and NUL need escaping: ASCII bytes, which UTF-8 never uses inside a multi-byte character, so
+    they are escaped in the bytes (str.replace on text with a character beyond U+FFFF copies 4 bytes a
+    character)."""
+    if isinstance(text, bytes):
+        raw, extra = text, 0
+    else:
+        raw = text.encode("utf-8")
+        extra = len(raw) - len(text)
+    if raw.find(b"\\") >= 0:  # find: half the time of ``in`` on bytes
+        raw = raw.replace(b"\\", b"\\\\")
+    if raw.find(b"'") >= 0:
+        raw = raw.replace(b"'", b"\\'")
+    if raw.find(b"\0") >= 0:
+        raw = raw.replace(b"\0", b"\\0")
+    return raw, extra
 
 
-def insert_statements(rows: list[DCRow], max_packet: int = LARGEST_PACKET) -> list[str]:
+def insert_statements(rows: list[DCRow], max_packet: int = LARGEST_PACKET) -> list[bytes]:
     """Multi-row INSERTs of at most about MAX_STATEMENT characters each that fit a DC server whose
-    max_allowed_packet is ``max_packet``. A character is at most 4 bytes in utf8mb4, so a statement of
-    ``max_packet // 4`` characters always fits; only a single row longer than that is measured in
-    bytes, and raises :class:`RowTooLarge` when its INSERT alone does not fit.
+    max_allowed_packet is ``max_packet``, as the bytes sent. A character is at most 4 bytes in utf8mb4, so
+    a statement of ``max_packet // 4`` characters always fits; only a single row longer than that is
+    measured in bytes, and raises :class:`RowTooLarge` when its INSERT alone does not fit. Data given as
+    UTF-8 bytes counts a character per byte (more than it has: such statements are at most smaller).
 
     Built by hand: pymysql's executemany escapes every value through its generic converters,
-    which cost the writer processes about as much CPU as the rest of their work."""
+    which cost the writer processes about as much CPU as the rest of their work. Built as bytes: the
+    rows' text is encoded once, escaped and joined in UTF-8 (a row of wide text with an emoji is 4 bytes
+    a character as a str, about 1 as UTF-8), and PyMySQL sends bytes as they are."""
     budget = min(MAX_STATEMENT, (max_packet - 1) // 4 - len(INSERT))  # characters of values per statement
-    statements: list[str] = []
-    values: list[str] = []
+    statements: list[bytes] = []
+    parts = [_INSERT]  # the statement being filled, joined once: each row's text is copied once more
     size = 0
-    lit = _literal
-    names: dict[str, str] = {}  # dbname, tablename and instance literals: the same few in every row
+    escaped = _escaped
+    middles: dict[tuple[str, ...], tuple[bytes, int]] = {}  # dbname to optype: the same few in a chunk
     last_id = 0
 
     def close() -> None:
-        statement = INSERT + ",".join(values)
+        statement = b"".join(parts)
         if size > budget:  # one row alone (row last_id): its INSERT may still fit
-            nbytes = len(statement.encode("utf-8", "surrogateescape"))  # as pymysql sends it
-            if nbytes + 1 > max_packet:  # the packet is the statement plus a command byte
-                raise RowTooLarge(last_id, nbytes, max_packet)
+            if len(statement) + 1 > max_packet:  # the packet is the statement plus a command byte
+                raise RowTooLarge(last_id, len(statement), max_packet)
         statements.append(statement)
 
     for r in rows:  # create_time and optype are gate's own text (digits, '-', ':', ' ' and capitals)
-        db, table, instance = names.get(r[2]), names.get(r[3]), names.get(r[5])
-        if db is None:
-            db = names[r[2]] = lit(r[2])
-        if table is None:
-            table = names[r[3]] = lit(r[3])
-        if instance is None:
-            instance = names[r[5]] = lit(r[5])
-        value = f"({r[0]},{r[1]},{db},{table},'{r[4]}',{instance},'{r[6]}',{lit(r[7])})"
-        if values and size + len(value) > budget:
+        key = r[2:7]
+        middle = middles.get(key)
+        if middle is None:
+            texts = [escaped(text) for text in key]
+            middle = middles[key] = (b",".join(b"'" + text + b"'" for text, _ in texts), sum(n for _, n in texts))
+        data, extra = escaped(r[7])
+        head = b"(%d,%d," % (r[0], r[1])
+        chars = len(head) + len(middle[0]) + len(data) + 4 - extra - middle[1]  # (id,tid,...,'data') in characters
+        if size and size + chars > budget:
             close()
-            values, size = [], 0
-        values.append(value)
-        size += len(value) + 1
+            parts, size = [_INSERT], 0
+        if size:
+            parts.append(b",")
+        parts.extend((head, middle[0], b",'", data, b"')"))
+        size += chars + 1
         last_id = r[0]
-    if values:
+    if size:
         close()
     return statements
 
@@ -188,14 +203,14 @@ def _write(session: _Session, rows: list[DCRow], resolved: str | None = None, fe
     conn = session.conn
     statements = insert_statements(rows, session.max_packet)  # a row too large raises before anything is sent
     if resolved is not None:
-        statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}")
-    setup = session.setup or []
-    head = setup + ([] if fence is None else [fence.guard()])
+        statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}".encode())
+    setup = [statement.encode() for statement in session.setup or []]
+    head = setup + ([] if fence is None else [fence.guard().encode()])
     answer: tuple[Any, ...] | None = None
     try:
         with conn.cursor() as cur:
-            for query in round_trips(head + statements + ["COMMIT"], session.max_packet):
-                cur.execute(query)
+            for query in round_trips([*head, *statements, b"COMMIT"], session.max_packet):
+                cur.execute(query)  # type: ignore[call-overload]  # bytes are sent as they are
                 if setup and answer is None:
                     cur.nextset()
                     cur.nextset()
@@ -424,7 +439,7 @@ class WriterPool(WorkerPool):
     def _take_reports(self, timeout: float) -> None:
         """Collect committed chunks into ``_done`` and log the writers' lines; a failed chunk raises its error."""
         try:
-            item = self._outbox.get(timeout=timeout) if timeout else self._outbox.get_nowait()
+            item = self._outbox.get(timeout)
             while True:
                 if item[0] == "done":
                     self._done.append(item[1])
@@ -434,7 +449,7 @@ class WriterPool(WorkerPool):
                     log.log(item[1], "%s", item[2])
                 else:
                     raise item[1]
-                item = self._outbox.get_nowait()
+                item = self._outbox.get()
         except queue.Empty:
             pass
 

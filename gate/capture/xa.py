@@ -11,7 +11,7 @@ from __future__ import annotations
 import pymysql
 
 import dc_schema
-from gate.capture.translate import Change
+from gate.capture.translate import Change, Decoded
 from gate.common.dc import q
 
 TABLE = "gate_xa_pending"
@@ -23,13 +23,15 @@ def ensure_table(cur: pymysql.cursors.Cursor) -> None:
 
 
 def store(conn: pymysql.Connection, channel: str, xid: str, first_seq: int,
-          changes: list[tuple[Change, int]]) -> None:
-    """Store (change, source time) pairs as seq ``first_seq`` on; storing them again changes nothing."""
+          changes: list[tuple[Change | Decoded, int]]) -> None:
+    """Store (change, source time) pairs as seq ``first_seq`` on; storing them again changes nothing. Data
+    the decoders handed over as UTF-8 is stored as the text it is."""
     with conn.cursor() as cur:
         cur.executemany(
             f"REPLACE INTO {q(channel)}.{TABLE} (xid, seq, dbname, tablename, optype, data, created) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [(xid, first_seq + n, *change, created) for n, (change, created) in enumerate(changes)])
+            [(xid, first_seq + n, db, table, optype, data if isinstance(data, str) else data.decode(), created)
+             for n, ((db, table, optype, data), created) in enumerate(changes)])
 
 
 def read(conn: pymysql.Connection, channel: str, xid: str, after_seq: int, batch: int) -> list[tuple[int, Change]]:

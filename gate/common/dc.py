@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, AnyStr, cast
 
 import pymysql
 
@@ -137,23 +137,28 @@ def q(name: str) -> str:
     return f"`{check_identifier(name, 'identifier')}`"
 
 
-def round_trips(statements: list[str], max_packet: int) -> list[str]:
+def round_trips(statements: list[AnyStr], max_packet: int) -> list[AnyStr]:
     """The statements joined with ';' into as few multi-statement queries as fit a packet of ``max_packet``
-    bytes (counting 4 bytes a character, the most utf8mb4 takes; a longer statement goes alone). Each query
-    is joined once: adding statements to a growing string copied it again for each (a writer's chunk of
-    wide rows is several INSERTs of MAX_STATEMENT characters)."""
-    budget = (max_packet - 1) // 4
-    queries: list[str] = []
-    group: list[str] = []
+    bytes (text counted at 4 bytes a character, the most utf8mb4 takes; bytes, as the writers' INSERTs
+    are, as they are; a longer statement goes alone). Each query is joined once: adding statements to a
+    growing string copied it again for each (a writer's chunk of wide rows is several INSERTs of
+    MAX_STATEMENT characters)."""
+    if not statements:
+        return []
+    as_bytes = isinstance(statements[0], bytes)
+    budget = max_packet - 1 if as_bytes else (max_packet - 1) // 4
+    join = cast(AnyStr, b";" if as_bytes else ";").join
+    queries: list[AnyStr] = []
+    group: list[AnyStr] = []
     size = 0
     for statement in statements:
         if group and size + 1 + len(statement) > budget:
-            queries.append(";".join(group))
+            queries.append(join(group))
             group = []
         size = size + 1 + len(statement) if group else len(statement)
         group.append(statement)
     if group:
-        queries.append(";".join(group))
+        queries.append(join(group))
     return queries
 
 

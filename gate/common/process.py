@@ -18,6 +18,7 @@ import multiprocessing.context
 import multiprocessing.forkserver
 import os
 import queue
+import select
 import signal
 import sys
 import threading
@@ -134,6 +135,28 @@ class _Context(multiprocessing.context.ForkServerContext):
 _CTX = _Context()
 
 
+class Outbox:
+    """The reading end of a multiprocessing queue, for the one process that reads it, with a cheap look
+    at an empty queue. ``Queue.get_nowait`` asks ``multiprocessing.connection.wait``, which builds and
+    registers a new selector on the queue's pipe for each look (about 4 us); a ``select.poll`` kept
+    registered on that pipe answers in 0.4 us, and gate's main loop looks at its children's queues
+    about once every 5 rows. The pipe is the queue's private ``_reader`` (CPython 3.8 to 3.13 alike);
+    messages are still taken by the queue's own ``get``."""
+
+    def __init__(self, box: Any) -> None:
+        self.queue = box
+        self._poll = select.poll()
+        self._poll.register(box._reader.fileno(), select.POLLIN)
+
+    def get(self, timeout: float = 0.0) -> Any:
+        """The next message, waiting up to ``timeout`` seconds for it; queue.Empty when none came."""
+        if timeout:
+            return self.queue.get(timeout=timeout)
+        if not self._poll.poll(0):  # nothing in the pipe: the queue's get would find nothing either
+            raise queue.Empty
+        return self.queue.get_nowait()
+
+
 class WorkerPool:
     """``processes`` children running ``target(*args, inbox, outbox)``: one bounded inbox (the
     backpressure on gate's main loop), one outbox, and the liveness check and shutdown they share.
@@ -145,8 +168,9 @@ class WorkerPool:
     def __init__(self, target: Callable[..., None], args: tuple[Any, ...], processes: int, depth: int) -> None:
         self.capacity = max(2, depth * processes)
         self._inbox: Any = _CTX.Queue(maxsize=self.capacity)
-        self._outbox: Any = _CTX.Queue()
-        self._procs = [_CTX.Process(target=target, args=(*args, self._inbox, self._outbox),
+        outbox = _CTX.Queue()
+        self._outbox = Outbox(outbox)
+        self._procs = [_CTX.Process(target=target, args=(*args, self._inbox, outbox),
                                     name=f"gate-{self.kind}-{n}", daemon=True) for n in range(processes)]
         for proc in self._procs:
             proc.start()

@@ -182,7 +182,7 @@ def by_insert(dc: MariaDBServer, table: str, rows: list[DCRow], batch: int, sess
         with _session(dc, autocommit=False) as conn, conn.cursor() as cur:
             for chunk in mine:
                 for statement in insert_statements(chunk):
-                    cur.execute(statement.replace("INSERT INTO transfer_data", f"INSERT INTO {table}", 1))
+                    cur.execute(statement.replace(b"INSERT INTO transfer_data", f"INSERT INTO {table}".encode(), 1))
                 conn.commit()
 
     threads = [threading.Thread(target=one, args=(parts[k::sessions],)) for k in range(sessions)]

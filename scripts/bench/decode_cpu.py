@@ -1,6 +1,6 @@
 """CPU per row of a decoder process: the library's path against gate's compiled decoders, same jobs, one process.
 
-    .venv/bin/python scripts/bench/decode_cpu.py [--rows 20000] [--mixed-rows 10000] [--repeat 5]
+    .venv/bin/python scripts/bench/decode_cpu.py [--rows 20000] [--mixed-rows 10000] [--repeat 5] [--roles]
 
 Loads workloads (a) and (b) of the benchmark into a private source, reads their row events once into
 decoder jobs exactly as gate's reader process makes them (``Job.add``, jobs of ``JOB_BYTES``, pickled
@@ -9,7 +9,13 @@ included: with ``Translator(compiled=False)`` (python-mysql-replication's per-va
 ImageRenderer, gate before compiled decoders) and ``Translator(compiled=True)``. Also the library's
 decoding alone, without rendering (what the bare reader pays for the values). Prints CPU µs per row
 (process time, best of ``--repeat``) and checks both paths give identical text. One process, no I/O
-while timed: the figures hardly depend on what else the machine runs.
+while timed: the figures hardly depend on what else the machine runs. The zone is gate's default,
+``ZoneInfo("UTC")``, as the decoder processes build it.
+
+``--roles`` also times the rows' way through gate's processes on the same jobs: a decoder's (its work
+above plus pickling the result, as its outbox does), the main process's (unpickling the results,
+numbering the rows, pickling 1,000-row chunks for the writers) and a writer's (unpickling a chunk,
+building its INSERTs as sent). Reading the binlog, the queues' pipes and the DC's side are not in it.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import timezone
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -32,8 +38,13 @@ from gate.capture.decoder import Job, _decode
 from gate.capture.libshim import Ctl, StreamFormat, fix_library_charsets, rebuild_rows_event
 from gate.capture.ordering import JOB_BYTES
 from gate.capture.reader import ROW_EVENTS, Rows
+from gate.capture.sequencer import Sequencer
 from gate.capture.translate import TableFilter, Translator
+from gate.capture.writer import insert_statements
+from gate.common.dc import round_trips
 from gate.devtools.sandbox import Sandbox
+
+CHUNK_ROWS = 1000  # gate's default batch_rows
 
 
 def capture(box: Sandbox, ddl: list[str], db: str, load: Callable[..., int], rows: int) -> list[bytes]:
@@ -84,8 +95,8 @@ def _values_only(job: Any) -> int:
 
 
 def measure(messages: list[bytes], repeat: int) -> dict[str, float]:
-    library = Translator(timezone.utc, "base64", TableFilter())
-    compiled = Translator(timezone.utc, "base64", TableFilter(), compiled=True)
+    library = Translator(ZoneInfo("UTC"), "base64", TableFilter())
+    compiled = Translator(ZoneInfo("UTC"), "base64", TableFilter(), compiled=True)
     bare, counts = timed(messages, _values_only, repeat)
     n = sum(counts)
     lib, lib_out = timed(messages, lambda job: _decode(job, library), repeat)
@@ -95,11 +106,52 @@ def measure(messages: list[bytes], repeat: int) -> dict[str, float]:
             "compiled_us": comp / n * 1e6}
 
 
+def best_of(work: Callable[[], Any], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        work()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def roles(messages: list[bytes], repeat: int) -> dict[str, float]:
+    """CPU µs per row of each process's part of the rows' way (see the module's docstring)."""
+    translator = Translator(ZoneInfo("UTC"), "base64", TableFilter(), compiled=True)
+
+    def decoder() -> list[bytes]:
+        return [pickle.dumps((no, _decode(pickle.loads(message), translator), None), pickle.HIGHEST_PROTOCOL)
+                for no, message in enumerate(messages)]
+
+    results = decoder()
+
+    def main_process() -> list[bytes]:
+        sequencer, rows, chunks = Sequencer(0, 0, "bench:1"), [], []
+        for result in results:
+            for changes in pickle.loads(result)[1]:
+                rows.extend(sequencer.number(changes, 1_700_000_000))
+                if len(rows) >= CHUNK_ROWS:
+                    chunks.append(pickle.dumps((len(chunks), rows), pickle.HIGHEST_PROTOCOL))
+                    rows = []
+        return chunks
+
+    chunks = main_process()
+
+    def writer() -> None:
+        for chunk in chunks:
+            round_trips([*insert_statements(pickle.loads(chunk)[1]), b"COMMIT"], 1 << 26)
+
+    n = sum(len(changes) for result in results for changes in pickle.loads(result)[1])
+    return {name: best_of(work, repeat) / n * 1e6
+            for name, work in (("decoder", decoder), ("main", main_process), ("writer", writer))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--mixed-rows", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--roles", action="store_true", help="also the rows' way through decoder, main process, writer")
     args = parser.parse_args()
     fix_library_charsets()
     box = Sandbox(Path(tempfile.mkdtemp(prefix="gate-decode-")) / "sandbox", with_standby=False,
@@ -110,11 +162,18 @@ def main() -> int:
                  "b": ([WIDE_DDL.format(n=n) for n in range(WIDE_TABLES)], "bench_b", load_mixed, args.mixed_rows)}
         print("CPU µs per row of a decoder process's work (unpickle the job, rebuild each event, decode, render)")
         print("workload  rows    library values only  library path (gate before)  compiled  compiled/library path")
-        for key, (ddl, db, load, rows) in loads.items():
-            m = measure(capture(box, ddl, db, load, rows), args.repeat)
+        captured = {key: capture(box, ddl, db, load, rows) for key, (ddl, db, load, rows) in loads.items()}
+        for key, messages in captured.items():
+            m = measure(messages, args.repeat)
             print(f"{key:<8}  {m['rows']:<6}  {m['bare_library_us']:>8.2f} us/row      "
                   f"{m['library_path_us']:>8.2f} us/row                {m['compiled_us']:>6.2f}    "
                   f"{m['compiled_us'] / m['library_path_us']:.2f}", flush=True)
+        if args.roles:
+            print("CPU µs per row of the rows' way: decoder (+ pickling its result) / main process (unpickle, "
+                  "number, pickle chunks) / writer (unpickle, INSERTs as sent)")
+            for key, messages in captured.items():
+                r = roles(messages, args.repeat)
+                print(f"{key:<8}  {r['decoder']:6.2f} / {r['main']:5.2f} / {r['writer']:5.2f}", flush=True)
     finally:
         box.down()
     return 0

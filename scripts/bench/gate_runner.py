@@ -55,8 +55,8 @@ def fingerprint(rows: list[DCRow]) -> int:
     """The sum of CRC32s of the rows' fields as the benchmark's ``dc_checksum`` takes them from transfer_data
     (id, tid, dbname, tablename, create_time, optype, data joined by '|', in utf8mb4)."""
     crc32 = zlib.crc32
-    return sum(crc32(f"{r[0]}|{r[1]}|{r[2]}|{r[3]}|{r[4]}|{r[6]}|{r[7]}".encode("utf-8", "surrogateescape"))
-               for r in rows)
+    return sum(crc32(f"{r[0]}|{r[1]}|{r[2]}|{r[3]}|{r[4]}|{r[6]}|".encode("utf-8", "surrogateescape")
+                     + (r[7] if isinstance(r[7], bytes) else r[7].encode("utf-8", "surrogateescape"))) for r in rows)
 
 
 def _sink_writer_main(server: ServerConfig, database: str, fence: Any, link: Any, inbox: Any, outbox: Any) -> None:
