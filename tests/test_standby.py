@@ -421,7 +421,7 @@ RETAINED = [  # the rows retention removes (its session alone runs at READ COMMI
     # slow (its writers in a transaction nearly always, its retention's first batch of 573 rows takes 23 s)
     "CREATE TABLE purged LIKE transfer_data",
     """CREATE TRIGGER slow_rows AFTER INSERT ON transfer_data FOR EACH ROW
-         IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.005); END IF""",
+         IF SUBSTRING_INDEX(USER(), '@', 1) = 'gate_a' THEN DO SLEEP(0.02); END IF""",
     """CREATE TRIGGER keep_purged BEFORE DELETE ON transfer_data FOR EACH ROW
          IF @@SESSION.tx_isolation = 'READ-COMMITTED' THEN
            INSERT INTO purged (id, tid, dbname, tablename, create_time, instance_name, optype, data) VALUES
@@ -450,10 +450,11 @@ def _purging(dc: MariaDBServer, channel: str) -> bool:
 
 def test_kill_9_of_the_active_gate_inside_a_large_transaction_while_retention_removes(
         sandbox: Sandbox, unique_name: str, tmp_path: Path) -> None:
-    """The active host dies with chunks of a 3,000-row transaction committed above the checkpoint and a
-    retention batch in flight: the new holder removes those chunks and writes the transaction again, its
-    retention removes what the killed batch did not (rolled back), and the DC's rows, with those retention
-    removed, are each source transaction once, gap-free, equal to the source."""
+    """The active host dies inside a 3,000-row transaction (its chunks in its writers' open transactions or
+    committed above the checkpoint) with a retention batch in flight: the new holder removes those chunks and
+    writes the transaction again, its retention removes what the killed batch did not (rolled back), and the
+    DC's rows, with those retention removed, are each source transaction once, gap-free, equal to the
+    source."""
     channel, db = unique_name, f"src_{unique_name}"
     make_channel(sandbox.dc, sandbox.source, channel, allow=(f"{db}.*",),
                  defaults=ChannelDefaults(lease_seconds=LEASE, batch_rows=200, writers=2,
@@ -472,8 +473,6 @@ def test_kill_9_of_the_active_gate_inside_a_large_transaction_while_retention_re
         cur.execute(f"UPDATE {db}.t SET v = v + 100 WHERE k % 7 = 0")
         src.commit()
     wait_caught_up(sandbox.source, sandbox.dc, channel)
-    _gate(tmp_path, "channel", "set", channel, "--retain-days", "1")  # gate_a's retention starts on 573 rows
-    _wait(lambda: _purging(sandbox.dc, channel), 60)  # its first batch takes 23 s (gate_b stands by: it does not purge)
     with sandbox.source.connect() as src, src.cursor() as cur:
         cur.execute(OLD_TIME)
         cur.executemany(f"INSERT INTO {db}.t VALUES (%s, %s)", [(k, -k) for k in range(1000, 4000)])
@@ -483,7 +482,19 @@ def test_kill_9_of_the_active_gate_inside_a_large_transaction_while_retention_re
         return _scalar(sandbox.dc, channel, "SELECT COUNT(*) FROM transfer_data WHERE id > (SELECT id FROM "
                                             "transfer_checkpoint)")
 
-    _wait(lambda: 0 < above() < 3000 and _purging(sandbox.dc, channel), 30)  # a chunk of the large transaction landed
+    def written() -> int:  # rows above the checkpoint, committed or in a writer's open transaction
+        with sandbox.dc.connect(channel) as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("SELECT COUNT(*) FROM transfer_data WHERE id > (SELECT id FROM transfer_checkpoint)")
+            return int(cur.fetchone()[0])
+
+    # gate_a's writers are inside the large transaction first (its 3,000 rows take them 60 s of triggers; a
+    # writer may take all its chunks into one DC transaction), then its retention starts on the 573 rows
+    # below the checkpoint: its first batch takes 23 s (gate_b stands by: it does not purge). The other way
+    # round, the writers sometimes waited for the whole batch before their first row.
+    _wait(lambda: written() > 0, 30)
+    _gate(tmp_path, "channel", "set", channel, "--retain-days", "1")
+    _wait(lambda: written() > 0 and above() < 3000 and _purging(sandbox.dc, channel), 60)
     os.killpg(active.pid, signal.SIGKILL)  # its host dies: gate and its writers
     killed = time.monotonic()
     assert active.wait() == -signal.SIGKILL
