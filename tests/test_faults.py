@@ -48,12 +48,19 @@ def _resume_behind_source_end(box: Sandbox, channel: str) -> bool:
 def test_source_and_dc_restarts_mid_stream_end_exactly_once(
         make_sandbox: Callable[..., Sandbox], kill: bool) -> None:
     """Each phase ends with a 6,000-row transaction; the victim restarts right after its commit, while
-    gate is still reading or writing it (asserted), so gate must resume from the last whole transaction."""
+    gate is still reading or writing it (asserted), so gate must resume from the last whole transaction.
+    The first phase waits for gate's start-up to end: a source that cannot be reached while gate starts
+    stops it, naming the source (the restarts here are mid-stream; on a quiet machine the first phase's
+    load took 1 s and the source went down before gate had read its binary logs)."""
     box = make_sandbox()
     db = "shop"
     dc = make_channel(box.dc, box.source, "faults", defaults=ChannelDefaults(batch_rows=50, writers=2))
     make_channel(box.dc, box.source, "reference")
-    with running(dc, "faults"):
+    with running(dc, "faults") as pipeline:
+        deadline = time.monotonic() + 30
+        while not pipeline.stats.started:  # set once start-up is over and the loop reads the stream
+            assert time.monotonic() < deadline, "gate did not start reading within 30 s"
+            time.sleep(0.05)
         for phase, victim in enumerate((box.source, box.dc, None)):
             with box.source.connect() as conn, conn.cursor() as cur:
                 work = RandomWorkload(conn, f"{db}{phase}", seed=phase, ddl_every=20)
