@@ -394,7 +394,7 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
         assert seconds == 0.0 and session.setup is not None and session.max_packet == packet
         rows = [(1, 1, "db", "t", "2024-05-01 10:00:00", "h:1", "INSERT", '{"NEW":[{"c":"%s"}]}')]
         monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
-        _write(session, rows, database=unique_name)
+        _write(session, rows)
         monkeypatch.undo()
         assert len(queries) == 1 and queries[0].startswith("SET NAMES utf8mb4;SET autocommit = 0")
         assert "INSERT INTO transfer_data" in queries[0] and queries[0].endswith(";COMMIT")

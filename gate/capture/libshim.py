@@ -115,7 +115,7 @@ class OwnedStream(BinLogStreamReader):
         ``only_events`` asks. ``admit(header)``: called, before the library sees it, for every event the server
         sends whose type is not in ``handled`` (compressed types are always inflated, never just passed);
         raises for one that must stop the stream. The stream's connection is opened ``names_later`` (its SET
-        NAMES goes with the first SET, as its heartbeat period does, see ``__checksum_enabled``) and without
+        NAMES goes with its one SET, as its heartbeat period does, see ``__connect_to_stream``) and without
         PyMySQL's SET AUTOCOMMIT after the login (a binlog stream runs no transaction)."""
         settings = kwargs["connection_settings"]
         heartbeat = kwargs.pop("slave_heartbeat", None)  # as the library would set it, in gate's first SET

@@ -65,11 +65,19 @@ class DcLink:
 
 
 class _Session:
-    """A writer's DC session and the max_allowed_packet its INSERTs are sized to; ``setup``: the statements
-    of its set-up not sent yet (they go first in its first transaction's query, see :func:`_write`)."""
+    """A writer's DC session on ``channel``'s database and the max_allowed_packet its INSERTs are sized to;
+    ``setup``: the statements of its set-up not sent yet (they go first in its first transaction's query, see
+    :func:`_write`)."""
 
-    def __init__(self, conn: pymysql.Connection, max_packet: int, setup: list[str] | None = None) -> None:
-        self.conn, self.max_packet, self.setup = conn, max_packet, setup
+    def __init__(self, conn: pymysql.Connection, channel: str, max_packet: int,
+                 setup: list[str] | None = None) -> None:
+        self.conn, self.channel, self.max_packet, self.setup = conn, channel, max_packet, setup
+
+    def set_up(self, answer: tuple[int, bool]) -> None:
+        """Its set-up has run (``answer``: see :func:`_setup_answer`): the server's max_allowed_packet from now
+        on, and its session tag (the other slots tried, should the first be taken)."""
+        self.max_packet, self.setup = answer[0], None
+        tag_session(self.conn, self.channel, answer[1])
 
 
 def _setup_statements(conn: pymysql.Connection, database: str) -> list[str]:
@@ -81,6 +89,15 @@ def _setup_statements(conn: pymysql.Connection, database: str) -> list[str]:
             "SELECT @@SESSION.max_allowed_packet, " + expression % tuple(conn.escape(a) for a in args)]
 
 
+def _setup_answer(cur: pymysql.cursors.Cursor) -> tuple[int, bool]:
+    """What a query that began with :func:`_setup_statements` answered: the session's max_allowed_packet and
+    whether its first session tag was free (the cursor is left at that result)."""
+    cur.nextset()
+    cur.nextset()
+    max_packet, tagged = one_row(cur)
+    return int(max_packet), tagged == 1
+
+
 def _dc_session(server: ServerConfig, database: str, link: DcLink | None = None) -> tuple[_Session, float]:
     """A writer's DC session (tagged for a takeover to find) and the seconds its set-up took. Without ``link``
     the set-up is one round trip of its own (the character set, autocommit, the tag and the server's
@@ -89,16 +106,15 @@ def _dc_session(server: ServerConfig, database: str, link: DcLink | None = None)
     conn = connect(server, "DC", database, autocommit=None, client_flag=CLIENT.MULTI_STATEMENTS, names_later=True)
     setup = _setup_statements(conn, database)
     if link is not None:
-        return _Session(conn, link.max_packet, setup), 0.0
+        return _Session(conn, database, link.max_packet, setup), 0.0
+    session = _Session(conn, database, LARGEST_PACKET, setup)
     started = time.monotonic()
     with conn.cursor() as cur:
         cur.execute(";".join(setup))
-        cur.nextset()
-        cur.nextset()
-        max_packet, tagged = one_row(cur)
+        answer = _setup_answer(cur)
     rtt = time.monotonic() - started
-    tag_session(conn, database, tagged == 1)  # another slot only when that one was taken
-    return _Session(conn, int(max_packet)), rtt
+    session.set_up(answer)
+    return session, rtt
 
 
 def _escaped(text: str | bytes) -> tuple[bytes, int]:
@@ -189,8 +205,7 @@ def too_large_message(channel: str, server: ServerConfig, exc: RowTooLarge) -> s
             f"{STUCK_RETRY:.0f} s. {fix}")
 
 
-def _write(session: _Session, rows: list[DCRow], resolved: str | None = None, fence: Fence | None = None,
-           database: str = "") -> None:
+def _write(session: _Session, rows: list[DCRow], resolved: str | None = None, fence: Fence | None = None) -> None:
     """One DC transaction, its INSERTs and COMMIT in as few round trips as the packet size allows (one for a
     chunk of up to MAX_STATEMENT characters): the server runs a multi-statement query's statements in order
     and stops at the first error, so the COMMIT runs only after every INSERT succeeded. ``fence`` (this run's
@@ -198,23 +213,20 @@ def _write(session: _Session, rows: list[DCRow], resolved: str | None = None, fe
     query (:meth:`Fence.guard`): autocommit is off, so its SELECT ... LOCK IN SHARE MODE opens the transaction
     and its lock holds to that COMMIT, and when the epoch is another one it fails, nothing after it runs and
     :class:`Deposed` is raised. ``resolved`` names a gate_meta entry it removes (a stuck row that now fits).
-    A session's set-up not sent yet goes first (its answer read from the third result; ``database``: the
-    channel, whose other session tags are tried should its first be taken)."""
+    A session's set-up not sent yet goes first (its answer read from the third result)."""
     conn = session.conn
     statements = insert_statements(rows, session.max_packet)  # a row too large raises before anything is sent
     if resolved is not None:
         statements.append(f"DELETE FROM gate_meta WHERE name = {conn.escape(resolved)}".encode())
     setup = [statement.encode() for statement in session.setup or []]
     head = setup + ([] if fence is None else [fence.guard().encode()])
-    answer: tuple[Any, ...] | None = None
+    answer: tuple[int, bool] | None = None
     try:
         with conn.cursor() as cur:
             for query in round_trips([*head, *statements, b"COMMIT"], session.max_packet):
                 cur.execute(query)  # type: ignore[call-overload]  # bytes are sent as they are
                 if setup and answer is None:
-                    cur.nextset()
-                    cur.nextset()
-                    answer = one_row(cur)
+                    answer = _setup_answer(cur)
                 while cur.nextset():
                     pass
     except BaseException as exc:
@@ -226,8 +238,7 @@ def _write(session: _Session, rows: list[DCRow], resolved: str | None = None, fe
             fence.deposed(conn, exc)
         raise
     if answer is not None:
-        session.setup, session.max_packet = None, int(answer[0])
-        tag_session(conn, database, answer[1] == 1)
+        session.set_up(answer)
 
 
 def _landed(conn: pymysql.Connection, rows: list[DCRow]) -> bool:
@@ -364,7 +375,7 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
                     session, _ = _dc_session(server, database)
                     if attempt and _landed(session.conn, rows):
                         break
-                _write(session, rows, None if stuck is None else f"{STUCK_KEY}{stuck}", fence, database)
+                _write(session, rows, None if stuck is None else f"{STUCK_KEY}{stuck}", fence)
                 break
             except RowTooLarge as exc:
                 now = time.monotonic()
