@@ -26,11 +26,11 @@ _names = itertools.count(1)
 # Every Spark driver the tests start (the session below, spark-submit jobs, gate's Spark commands run as child
 # processes, which inherit this) runs its JVM with the first-tier JIT compiler only: a test's Spark work is short,
 # and the optimising compiler's own work was half the JVM's CPU time (an image update of 100 rows, 3 MERGEs:
-# 41.6 s of CPU against 22.6 s), on two cores shared by two workers. spark-submit adds SPARK_SUBMIT_OPTS to the
+# 41.6 s of CPU against 22.6 s), on two cores shared by three workers. spark-submit adds SPARK_SUBMIT_OPTS to the
 # driver's java command; a value already set is kept.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
-# make test runs the files on two pytest-xdist workers (-n 2 --dist loadfile --no-loadscope-reorder): a worker
+# make test runs the files on three pytest-xdist workers (-n 3 --dist loadfile --no-loadscope-reorder): a worker
 # takes a whole file, so module fixtures are made once, and the files that take longest go out first so that
 # the workers finish together. Longest first, by the files' times in a make test run (test_driver_commits.py, third
 # there, and two other Spark files were not listed: they went out after every listed file).
