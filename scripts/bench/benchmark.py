@@ -526,30 +526,47 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
                  args: argparse.Namespace, workdir: Path, defaults: ChannelDefaults, label: str,
                  plain: dict[str, Any]) -> dict[str, Any]:
     """gate over the same range through the proxies: at 0 ms added, then at each --dc-latency (the source's
-    link at 0) and each --source-latency (the DC's at 0); rows/s as ratios of the 0 ms run through the proxies."""
+    link at 0) and each --source-latency (the DC's at 0); rows/s as ratios of the 0 ms run through the proxies.
+
+    With ``--repeat N`` that is done in N rounds, each run compared with the 0 ms run of its own round (minutes
+    apart, not the whole series: this machine's rate drifts by 10 to 20 % between runs); each case keeps the
+    run of its median ratio, with the median ratios, extra seconds and every round's ratio."""
     links: Links | None = args.links
     cases = [("dc", ms) for ms in latencies(args.dc_latency)] + [("source", ms) for ms in latencies(args.source_latency)]
     if links is None or not cases:
         return {}
-    figures: dict[str, Any] = {}
-    zero: dict[str, Any] | None = None
-    for link, ms in [("none", 0)] + cases:
-        links.set(ms if link == "dc" else 0, ms if link == "source" else 0)
-        if args.wait_quiet:
-            wait_quiet(args.wait_quiet)
-        name = f"{link} {ms} ms"
-        run = run_gate(box, f"bench_{key}_{link}{ms}", start, end, rows, workdir, defaults, (f"{db}.*",),
-                       timeout=max(600.0, rows / 100), links=links)
-        zero = zero or run
-        run["ratio_to_0ms"] = run["rows_per_s"] / zero["rows_per_s"]
-        run["steady_ratio_to_0ms"] = ((run["steady_rows_per_s"] or 0) / zero["steady_rows_per_s"]
-                                      if zero["steady_rows_per_s"] else None)
-        run["same_rows"] = run["dc_checksum"] == plain["dc_checksum"]
-        figures[name] = run
-        print(f"[{label}] gate, {name} added on the {link} link: {run['rows']} rows in {run['seconds']:.2f} s = "
-              f"{run['rows_per_s']:,.0f} rows/s, {run['ratio_to_0ms']:.2f} of 0 ms through the proxies "
-              f"(steady {run['steady_rows_per_s'] or 0:,.0f}); DC rows identical: {run['same_rows']}", flush=True)
+    rounds: dict[str, list[dict[str, Any]]] = {}
+    for n in range(args.repeat):
+        zero: dict[str, Any] | None = None
+        for link, ms in [("none", 0)] + cases:
+            links.set(ms if link == "dc" else 0, ms if link == "source" else 0)
+            if args.wait_quiet:
+                wait_quiet(args.wait_quiet)
+            name = f"{link} {ms} ms"
+            run = run_gate(box, f"bench_{key}_{link}{ms}_{n}", start, end, rows, workdir, defaults, (f"{db}.*",),
+                           timeout=max(600.0, rows / 100), links=links)
+            zero = zero or run
+            run["ratio_to_0ms"] = run["rows_per_s"] / zero["rows_per_s"]
+            run["steady_ratio_to_0ms"] = ((run["steady_rows_per_s"] or 0) / zero["steady_rows_per_s"]
+                                          if zero["steady_rows_per_s"] else None)
+            run["extra_s"] = run["seconds"] - zero["seconds"]
+            run["same_rows"] = run["dc_checksum"] == plain["dc_checksum"]
+            rounds.setdefault(name, []).append(run)
+            print(f"[{label}] gate, {name} added on the {link} link{f' (round {n + 1})' if args.repeat > 1 else ''}: "
+                  f"{run['rows']} rows in {run['seconds']:.2f} s = {run['rows_per_s']:,.0f} rows/s, "
+                  f"{run['ratio_to_0ms']:.2f} of 0 ms through the proxies (steady {run['steady_rows_per_s'] or 0:,.0f}); "
+                  f"DC rows identical: {run['same_rows']}", flush=True)
     links.set(0, 0)
+    figures: dict[str, Any] = {}
+    for name, runs in rounds.items():
+        ordered = sorted(runs, key=lambda r: (r["ratio_to_0ms"], r["rows_per_s"]))
+        run = dict(ordered[len(ordered) // 2])
+        steadies = sorted(r["steady_ratio_to_0ms"] for r in runs if r["steady_ratio_to_0ms"] is not None)
+        run.update(round_ratios=[round(r["ratio_to_0ms"], 3) for r in runs],
+                   steady_ratio_to_0ms=steadies[len(steadies) // 2] if steadies else None,
+                   extra_s=sorted(r["extra_s"] for r in runs)[len(runs) // 2],
+                   same_rows=all(r["same_rows"] for r in runs))
+        figures[name] = run
     return figures
 
 
@@ -611,7 +628,7 @@ def latency_report(results: dict[str, Any]) -> str:
             verdict = "" if not rtt else ("PASS" if run["ratio_to_0ms"] >= targets[key] else "FAIL")
             steady_text = "" if steady is None else f"{steady:.2f}" + (
                 "" if not rtt else " PASS" if steady >= targets[key] else " FAIL")
-            extra = run["seconds"] - zero["seconds"] if zero is not None else 0.0
+            extra = run.get("extra_s", run["seconds"] - zero["seconds"] if zero is not None else 0.0)
             trips = f"{extra / rtt:.1f}" if rtt else ""
             lines.append(f"{r['workload']:<32} {name:<16} {run['rows_per_s']:>9,.0f} {run['ratio_to_0ms']:>8.2f}  "
                          f"{target:<6} {verdict:<4} {steady_text:>14}  {extra:>7.2f}  {trips:>11}  "
@@ -647,7 +664,9 @@ def main() -> int:
     parser.add_argument("--lag-seconds", type=float, help="duration of the steady load (default 20; quick 10)")
     parser.add_argument("--lag-rate", type=int, default=5000, help="rows/s of the steady load (default 5000)")
     parser.add_argument("--only", default="a,b,c,lag,memory", help="comma-separated subset of a,b,c,lag,memory")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of baseline and gate per workload (median)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of baseline, gate and each peer per workload (median); with --dc-latency or "
+                             "--source-latency, rounds of the runs over the links (median ratio)")
     parser.add_argument("--writers", type=int, help="channel setting 'writers' (default: gate's default)")
     parser.add_argument("--decoders", type=int, help="channel setting 'decoders' (default: gate's default)")
     parser.add_argument("--batch-rows", type=int, help="channel setting 'batch_rows' (default: gate's default)")
