@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,6 +160,39 @@ def test_a_lane_coming_free_takes_the_chunks_waiting_into_one_transaction() -> N
     assert [seq for seq, _rows in group] == [5] and last
     inbox.put(None)
     assert _take(inbox) == ([], True)
+
+
+def _put_chunks(inbox: Any, put: Any, chunks: int, rows: int) -> None:
+    """A main process's part: ``chunks`` chunks of ``rows`` rows of 200 bytes each (larger than the pipe), then
+    2 s of work, as gate's main process goes on reading: the queue's feeder thread, which writes the chunks
+    into the pipe, gets the interpreter only now and then (here every 20 ms)."""
+    sys.setswitchinterval(0.02)
+    for seq in range(1, chunks + 1):
+        inbox.put((seq, [(seq * 100_000 + n, "x" * 200) for n in range(rows)]))
+    put.set()  # the puts have returned; the bytes are still on their way through the pipe
+    until = time.monotonic() + 2.0
+    while time.monotonic() < until:
+        pass
+
+
+def test_chunks_still_in_the_pipe_are_taken_into_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between processes a chunk counts as queued once put, while its bytes still cross the 64 KB pipe behind
+    the one being read: the lane takes those too (a look at the pipe alone found one or two chunks). The wait
+    for each is a second here, not QUEUED_WAIT: a loaded machine may hold the feeder back longer."""
+    from gate.capture import writer
+    from gate.common.process import _CTX
+
+    monkeypatch.setattr(writer, "QUEUED_WAIT", 1.0)
+    inbox, put = _CTX.Queue(maxsize=8), _CTX.Event()
+    feeder = _CTX.Process(target=_put_chunks, args=(inbox, put, 6, 1_000))
+    feeder.start()
+    try:
+        assert put.wait(30)
+        group, last = _take(inbox)
+        assert [seq for seq, _rows in group] == [1, 2, 3, 4, 5, 6] and not last
+        assert group[5][1][-1] == (600_999, "x" * 200)
+    finally:
+        feeder.join(10)
 
 
 PACKET = 128 * 1024  # the DC's max_allowed_packet in the test below
