@@ -243,3 +243,28 @@ def test_an_insert_after_an_update_has_its_own_images(spark: SparkSession, sandb
     assert [(r.id, r.amount, r._op, r._before and r._before.amount) for r in rows.orderBy("_id").collect()] == [
         (Decimal(1), Decimal("1.50"), "c", None), (Decimal(1), Decimal("12345678.90"), "u", Decimal("1.00")),
         (Decimal(2), Decimal("2.50"), "c", None)]
+
+
+@pytest.mark.parametrize("changed_at", [50_000, 50_001])
+def test_a_long_read_finds_the_first_change_on_either_side_of_its_searchs_seam(
+        spark: SparkSession, sandbox: Sandbox, unique_name: str, changed_at: int) -> None:
+    """A typed batch of 100,000 rows searches them for statements in two pieces at once (up to row 50,000 and
+    after it): the first change is found on either side of the seam, a later one in the other piece does not
+    hide it, and neither an ALTER that changes no column (beside it, across the seam) nor the table dropped and
+    created again with the same columns is taken for one."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    index = ("shop", "orders", "ALTERTABLE", {"SQL": "ALTER TABLE orders ADD INDEX (amount)"})
+    drop = ("shop", "orders", "DROPTABLE", {"SQL": "DROP TABLE orders"})
+    later = ("shop", "orders", "ALTERTABLE", {"DROPCOLUMN": ["amount"], "SQL": "ALTER TABLE orders DROP amount"})
+    special = {1: CREATE, 20_000: drop, 30_000: CREATE, changed_at: ALTER, 100_001 - changed_at: index, 90_000: later}
+    changes = [special.get(i) or _insert(i, i > changed_at) for i in range(1, 100_001)]
+    SyntheticChannel(connect(dc, "DC", unique_name), unique_name).write([[change] for change in changes])
+
+    batch = spark.read.format("gate").options(**login(dc, unique_name, table="shop.orders", partitions=2))
+    with pytest.raises(Exception, match=rf"at ALTERTABLE row {changed_at} on shop.orders: ALTER TABLE orders ADD note "
+                                        rf"VARCHAR\(20\)\. Read up to it \(endingId={changed_at - 1}\), then from it "
+                                        rf"\(startingId={changed_at}\)"):
+        batch.load().collect()
+    rows = batch.option("endingId", changed_at - 1).load().select("_id", "_op").collect()
+    assert [r._id for r in rows] == [i for i in range(2, changed_at) if special.get(i) not in (CREATE, index)]
+    assert {r._id for r in rows if r._op == "t"} == {20_000}

@@ -23,6 +23,11 @@ final class Channel implements AutoCloseable {
         return conn;
     }
 
+    /** A connection of its own to the same channel, for work done beside this one's. */
+    Channel another() {
+        return new Channel(login);
+    }
+
     Errors.DcFailed failed(String what, SQLException e) {
         return new Errors.DcFailed("Channel '" + login.channel + "': " + what + " failed: " + e.getMessage(), e);
     }

@@ -133,7 +133,7 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
                 return new IdOffset(end);
             }
             boolean byKey = typed.byKey(dc, after, end);
-            TableSchema.Change change = typed.change(dc, after, end, byKey);
+            TableSchema.Change change = typed.change(dc, after, end, byKey, settings.partitions);
             if (change == null || change.id() - 1 > after) {
                 end = change == null ? end : change.id() - 1; // a statement is a transaction of its own
                 planned = new long[] {after, end, byKey ? 1 : 0};

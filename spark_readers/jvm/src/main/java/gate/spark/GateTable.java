@@ -16,11 +16,14 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /** A channel's transfer_data as a table: batch reads from startingId (default: the oldest kept row) to endingId
  * (default: the checkpoint when the query is planned), and micro-batch streams ({@link GateStream}); with
  * {@code typed}, one table's changes as typed rows ({@link TypedReader}), never read across a statement that
- * changes the table's columns. */
+ * changes the table's columns. Each scan Spark builds (one per action) is a GateTable of its own that plans its
+ * partitions once: Spark asks the scan for them twice while it plans an action (the second time from a copy of its
+ * plan), and a typed read's search for statements reads every row of its range. */
 final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
     private final Settings settings;
     private final TypedTable typed; // null: every row, untyped
     private final StructType schema;
+    private InputPartition[] partitions; // once planned
 
     GateTable(Settings settings, TypedTable typed) {
         this.settings = settings;
@@ -45,7 +48,7 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-        return this;
+        return new GateTable(settings, typed);
     }
 
     @Override
@@ -80,6 +83,13 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
 
     @Override
     public InputPartition[] planInputPartitions() {
+        if (partitions == null) {
+            partitions = plan();
+        }
+        return partitions;
+    }
+
+    private InputPartition[] plan() {
         try (Channel dc = new Channel(settings.login)) {
             long start = dc.start(settings.startingId);
             long checkpoint = dc.checkpoint();
@@ -92,7 +102,7 @@ final class GateTable implements SupportsRead, ScanBuilder, Scan, Batch {
                 return IdRange.split(start, end, settings.partitions);
             }
             boolean byKey = typed.byKey(dc, start, end);
-            TableSchema.Change change = typed.change(dc, start, end, byKey);
+            TableSchema.Change change = typed.change(dc, start, end, byKey, settings.partitions);
             if (change != null) {
                 throw new Errors.TableSchemaChanged("The rows to read change the columns of " + typed.table() + " at "
                     + typed.describe(change) + ". Read up to it (endingId=" + (change.id() - 1) + "), then from it "

@@ -11,6 +11,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.ZoneOffset;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -26,6 +27,7 @@ import java.util.Set;
 final class TableSchema {
     private static final ObjectMapper MAPPER = new ObjectMapper();
     private static final String SCHEMA_OPTYPES = "'CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'RENAME', 'DROPTABLE'";
+    private static final int DDL_BATCH = 100; // statements whose payloads firstChange reads in one query
     private static final Set<String> ROW_OPTYPES = Set.of("INSERT", "UPDATE", "DELETE", "SNAPSHOT");
 
     private TableSchema() {
@@ -185,26 +187,46 @@ final class TableSchema {
         return found;
     }
 
-    /** The first statement among rows {@code lo < id <= hi} after which {@code db.table} no longer has
-     * {@code columns}; null if none. {@code byKey}: found by a scan of the primary key, not the index on the names. */
-    static Change firstChange(Connection conn, String db, String table, List<Column> columns, long lo, long hi,
-                              boolean byKey) throws SQLException {
-        Change[] found = new Change[1];
-        List<List<Column>> current = new ArrayList<>();
-        current.add(columns);
-        query(conn, "SELECT id, optype, data FROM transfer_data" + (byKey ? " FORCE INDEX (PRIMARY)" : "")
-            + " WHERE dbname = ? AND tablename = ? AND id > ? AND "
-            + "id <= ? AND optype IN ('CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'DROPTABLE') ORDER BY id", rs -> {
-                String optype = rs.getString(2);
+    /** The ids of {@code db.table}'s statements that may change its columns among rows {@code lo < id <= hi}, in
+     * order. {@code byKey}: found by a scan of the primary key, not the index on the names. The scan reads each row's
+     * id, names and optype, not its payload: read with it, the payload costs the DC a fifth more for every row. */
+    static List<Long> statements(Connection conn, String db, String table, long lo, long hi, boolean byKey)
+            throws SQLException {
+        List<Long> ids = new ArrayList<>();
+        query(conn, "SELECT id FROM transfer_data" + (byKey ? " FORCE INDEX (PRIMARY)" : "")
+            + " WHERE dbname = ? AND tablename = ? AND id > ? AND id <= ? AND optype IN ('CREATETABLE', 'SNAPSHOTSTART', "
+            + "'ALTERTABLE', 'DROPTABLE') ORDER BY id", rs -> ids.add(rs.getLong(1)), db, table, lo, hi);
+        return ids;
+    }
+
+    /** The first of the statements {@code ids} (of {@link #statements}) after which the table no longer has
+     * {@code columns}; null if none. Their payloads are read {@link #DDL_BATCH} at a time. */
+    static Change firstChange(Connection conn, List<Column> columns, List<Long> ids) throws SQLException {
+        List<Column> current = columns;
+        for (int from = 0; from < ids.size(); from += DDL_BATCH) {
+            List<Long> batch = ids.subList(from, Math.min(from + DDL_BATCH, ids.size()));
+            String marks = String.join(", ", Collections.nCopies(batch.size(), "?"));
+            List<Change> statements = new ArrayList<>();
+            List<JsonNode> payloads = new ArrayList<>();
+            query(conn, "SELECT id, optype, data FROM transfer_data WHERE id IN (" + marks + ") ORDER BY id", rs -> {
                 JsonNode ddl = json(rs.getString(3));
-                current.set(0, apply(current.get(0), optype, ddl));
-                if (!optype.equals("DROPTABLE") && !same(current.get(0), columns)) {
-                    String sql = text(ddl, "SQL");
-                    found[0] = new Change(rs.getLong(1), optype, sql.isEmpty() ? optype : sql);
-                    return false;
-                }
+                String sql = text(ddl, "SQL");
+                statements.add(new Change(rs.getLong(1), rs.getString(2), sql.isEmpty() ? rs.getString(2) : sql));
+                payloads.add(ddl);
                 return true;
-            }, db, table, lo, hi);
-        return found[0];
+            }, batch.toArray());
+            if (statements.size() < batch.size()) { // retention ran between the two queries
+                throw new SQLException("statements among rows " + batch.get(0) + " to " + batch.get(batch.size() - 1)
+                    + " were removed while they were read (retention ran meanwhile): read again");
+            }
+            for (int i = 0; i < statements.size(); i++) {
+                Change statement = statements.get(i);
+                current = apply(current, statement.optype(), payloads.get(i));
+                if (!statement.optype().equals("DROPTABLE") && !same(current, columns)) {
+                    return statement;
+                }
+            }
+        }
+        return null;
     }
 }

@@ -11,7 +11,12 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.regex.Pattern;
+import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
@@ -27,6 +32,8 @@ final class TypedTable implements Serializable {
     static final List<String> META = List.of("_op", "_id", "_tid", "_ts", "_before", "_invalid");
     private static final Pattern IDENTIFIER = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,63}");
     private static final int SAMPLE = 1_000; // the table's rows byKey looks at
+    private static final long PIECE = 50_000; // rows: change searches a range of at least twice that in pieces
+    private static final int MAX_PIECES = 8;
 
     final String db;
     final String name;
@@ -227,10 +234,42 @@ final class TypedTable implements Serializable {
         }
     }
 
-    /** The first statement of rows {@code lo < id <= hi} that changes these columns (null: none). */
-    TableSchema.Change change(Channel dc, long lo, long hi, boolean byKey) {
+    /** The first statement of rows {@code lo < id <= hi} that changes these columns (null: none). A range of more
+     * than {@link #PIECE} rows read by key is searched in up to {@code parts} pieces at once, each on a connection of
+     * its own: that search reads every row of the range, about 0.2 µs of the DC's CPU a row, before any row is read,
+     * so the DC's cores share it. */
+    TableSchema.Change change(Channel dc, long lo, long hi, boolean byKey, int parts) {
+        int pieces = byKey ? (int) Math.min(Math.min(parts, MAX_PIECES), (hi - lo) / PIECE) : 1;
         try {
-            return TableSchema.firstChange(dc.conn(), db, name, columns, lo, hi, byKey);
+            List<Long> ids = new ArrayList<>();
+            if (pieces <= 1) {
+                ids = TableSchema.statements(dc.conn(), db, name, lo, hi, byKey);
+            } else {
+                ExecutorService pool = Executors.newFixedThreadPool(pieces);
+                try {
+                    List<Future<List<Long>>> found = new ArrayList<>();
+                    for (InputPartition piece : IdRange.split(lo, hi, pieces)) {
+                        IdRange range = (IdRange) piece;
+                        found.add(pool.submit(() -> {
+                            try (Channel own = dc.another()) {
+                                return TableSchema.statements(own.conn(), db, name, range.lo, range.hi, true);
+                            }
+                        }));
+                    }
+                    for (Future<List<Long>> piece : found) {
+                        ids.addAll(piece.get());
+                    }
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new SQLException("interrupted", e);
+                } catch (ExecutionException e) {
+                    throw e.getCause() instanceof SQLException sql ? sql : new SQLException(e.getCause().getMessage(),
+                        e.getCause());
+                } finally {
+                    pool.shutdownNow();
+                }
+            }
+            return TableSchema.firstChange(dc.conn(), columns, ids);
         } catch (SQLException e) {
             throw dc.failed("reading the statements on " + table(), e);
         }
