@@ -65,8 +65,9 @@ final class TypedReader implements PartitionReader<InternalRow> {
     /** One row image: its column names and values in payload order, each value a slice of the payload's bytes
      * (length -1: NULL) or, parsed by Jackson, a text (null: NULL). */
     private static final class Image {
-        final List<String> names = new ArrayList<>();
+        final List<String> names = new ArrayList<>(); // unless ours
         final List<String> texts = new ArrayList<>();
+        boolean ours; // the stream's column names, byte for byte, in its order (names left empty)
         byte[] bytes; // the payload whose slices the values are; null: the values are texts
         int[] slices = new int[64]; // four ints per value, as Images has them: the value's start and length at 2, 3
 
@@ -74,6 +75,7 @@ final class TypedReader implements PartitionReader<InternalRow> {
             names.clear();
             texts.clear();
             bytes = null;
+            ours = false;
         }
 
         /** Value {@code i}'s text (null: NULL). */
@@ -97,6 +99,7 @@ final class TypedReader implements PartitionReader<InternalRow> {
     private final Images images = new Images();
     private final Image added = new Image();
     private final Image removed = new Image();
+    private final Map<String, String> invalid = new LinkedHashMap<>(); // the row's values their types cannot hold
     private Fetcher.Block block;
     private int next;
     private InternalRow row;
@@ -148,10 +151,9 @@ final class TypedReader implements PartitionReader<InternalRow> {
 
     private InternalRow row(long id, long tid, long seconds, String optype, String op, byte[] data) throws IOException {
         Object[] values = new Object[width + 6];
-        Map<String, String> invalid = null;
+        invalid.clear();
         if (!op.equals("t")) {
             images(data);
-            invalid = new LinkedHashMap<>();
             Image image = optype.equals("DELETE") ? removed : added;
             typed(id, image, values, "", invalid);
             if (op.equals("u") || op.equals("d")) {
@@ -164,7 +166,7 @@ final class TypedReader implements PartitionReader<InternalRow> {
         values[width + 1] = id;
         values[width + 2] = tid;
         values[width + 3] = seconds * 1_000_000L;
-        if (invalid != null && !invalid.isEmpty()) {
+        if (!invalid.isEmpty()) {
             List<Object> keys = new ArrayList<>();
             List<Object> texts = new ArrayList<>();
             for (Map.Entry<String, String> e : invalid.entrySet()) {
@@ -189,7 +191,12 @@ final class TypedReader implements PartitionReader<InternalRow> {
                 Image into = image == Images.NEW ? added : removed;
                 int[] slices = images.cells[image];
                 int count = images.present[image] ? images.count[image] : 0; // count is of the last image present
-                for (int c = 0; c < count; c++) {
+                into.ours = count == width;
+                for (int c = 0; c < count && into.ours; c++) {
+                    into.ours = Arrays.equals(d, slices[c * 4], slices[c * 4] + slices[c * 4 + 1], nameBytes[c], 0,
+                        nameBytes[c].length);
+                }
+                for (int c = 0; c < count && !into.ours; c++) {
                     int key = slices[c * 4];
                     int keyLength = slices[c * 4 + 1];
                     into.names.add(c < width && Arrays.equals(d, key, key + keyLength, nameBytes[c], 0,
@@ -273,6 +280,9 @@ final class TypedReader implements PartitionReader<InternalRow> {
     }
 
     private boolean sameNames(Image image) {
+        if (image.ours) {
+            return true;
+        }
         if (image.names.size() != width) {
             return false;
         }
