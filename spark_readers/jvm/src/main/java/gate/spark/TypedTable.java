@@ -234,10 +234,10 @@ final class TypedTable implements Serializable {
         }
     }
 
-    /** The first statement of rows {@code lo < id <= hi} that changes these columns (null: none). A range of more
-     * than {@link #PIECE} rows read by key is searched in up to {@code parts} pieces at once, each on a connection of
-     * its own: that search reads every row of the range, about 0.2 µs of the DC's CPU a row, before any row is read,
-     * so the DC's cores share it. */
+    /** The first statement of rows {@code lo < id <= hi} that changes these columns (null: none). A range of at
+     * least twice {@link #PIECE} rows read by key is searched in up to {@code parts} pieces at once, each on a
+     * connection of its own: that search reads every row of the range, about 0.2 µs of the DC's CPU a row, before
+     * any row is read, so the DC's cores share it. */
     TableSchema.Change change(Channel dc, long lo, long hi, boolean byKey, int parts) {
         int pieces = byKey ? (int) Math.min(Math.min(parts, MAX_PIECES), (hi - lo) / PIECE) : 1;
         try {
@@ -263,6 +263,9 @@ final class TypedTable implements Serializable {
                     Thread.currentThread().interrupt();
                     throw new SQLException("interrupted", e);
                 } catch (ExecutionException e) {
+                    if (e.getCause() instanceof RuntimeException named) { // a connection refused: already named
+                        throw named;
+                    }
                     throw e.getCause() instanceof SQLException sql ? sql : new SQLException(e.getCause().getMessage(),
                         e.getCause());
                 } finally {
