@@ -11,16 +11,35 @@ import java.io.StringWriter;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
-import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeArrayWriter;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
+import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.BooleanType;
+import org.apache.spark.sql.types.ByteType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DateType;
+import org.apache.spark.sql.types.DayTimeIntervalType;
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.DoubleType;
+import org.apache.spark.sql.types.FloatType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.LongType;
+import org.apache.spark.sql.types.ShortType;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.TimestampNTZType;
+import org.apache.spark.sql.types.TimestampType;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
@@ -54,6 +73,17 @@ final class TypedReader implements PartitionReader<InternalRow> {
     private static final byte[][] OPTYPE_BYTES = Arrays.stream(OPTYPES).map(o -> o.getBytes(StandardCharsets.UTF_8))
         .toArray(byte[][]::new);
     private static final String[] OPS = {"c", "u", "d", "r", "t", "t", "t", "t"}; // _op of each of OPTYPES
+    private static final int BOOLEAN = 0;
+    private static final int BYTE = 1;
+    private static final int SHORT = 2;
+    private static final int INT = 3; // and DATE
+    private static final int LONG = 4; // and TIMESTAMP, TIMESTAMP_NTZ, day-time intervals
+    private static final int FLOAT = 5;
+    private static final int DOUBLE = 6;
+    private static final int DECIMAL = 7;
+    private static final int STRING = 8;
+    private static final int BINARY = 9;
+    private static final int STRINGS = 10; // an array of strings
     private static final Map<String, UTF8String> OP_TEXT = Map.of("c", UTF8String.fromString("c"), "u",
         UTF8String.fromString("u"), "d", UTF8String.fromString("d"), "r", UTF8String.fromString("r"), "t",
         UTF8String.fromString("t"));
@@ -100,6 +130,12 @@ final class TypedReader implements PartitionReader<InternalRow> {
     private final Image added = new Image();
     private final Image removed = new Image();
     private final Map<String, String> invalid = new LinkedHashMap<>(); // the row's values their types cannot hold
+    private final int[] kinds; // each column's layout (BOOLEAN ... STRINGS)
+    private final int[] precision; // of decimal columns
+    private final int[] scale;
+    private final UnsafeRowWriter out; // the row, reused from row to row
+    private final UnsafeRowWriter before; // _before, in out's buffer
+    private final UnsafeArrayWriter array; // SET values and _invalid's keys and values, in out's buffer
     private Fetcher.Block block;
     private int next;
     private InternalRow row;
@@ -121,6 +157,19 @@ final class TypedReader implements PartitionReader<InternalRow> {
             nameBytes[i] = names[i].getBytes(StandardCharsets.UTF_8);
             folded[i] = TableSchema.fold(names[i]);
         }
+        this.kinds = new int[width];
+        this.precision = new int[width];
+        this.scale = new int[width];
+        for (int i = 0; i < width; i++) {
+            kinds[i] = kind(types[i].spark);
+            if (types[i].spark instanceof DecimalType decimal) {
+                precision[i] = decimal.precision();
+                scale[i] = decimal.scale();
+            }
+        }
+        this.out = new UnsafeRowWriter(width + 6, 64 * width);
+        this.before = new UnsafeRowWriter(out, width);
+        this.array = new UnsafeArrayWriter(out, 8);
     }
 
     @Override
@@ -150,32 +199,51 @@ final class TypedReader implements PartitionReader<InternalRow> {
     }
 
     private InternalRow row(long id, long tid, long seconds, String optype, String op, byte[] data) throws IOException {
-        Object[] values = new Object[width + 6];
         invalid.clear();
-        if (!op.equals("t")) {
+        out.reset();
+        out.zeroOutNullBytes();
+        if (op.equals("t")) {
+            for (int i = 0; i < width; i++) {
+                nothing(out, i);
+            }
+        } else {
             images(data);
-            Image image = optype.equals("DELETE") ? removed : added;
-            typed(id, image, values, "", invalid);
-            if (op.equals("u") || op.equals("d")) {
-                Object[] before = new Object[width];
-                typed(id, removed, before, "_before.", invalid);
-                values[width + 4] = new GenericInternalRow(before);
-            }
+            typed(id, optype.equals("DELETE") ? removed : added, out, "");
         }
-        values[width] = OP_TEXT.get(op);
-        values[width + 1] = id;
-        values[width + 2] = tid;
-        values[width + 3] = seconds * 1_000_000L;
-        if (!invalid.isEmpty()) {
-            List<Object> keys = new ArrayList<>();
-            List<Object> texts = new ArrayList<>();
-            for (Map.Entry<String, String> e : invalid.entrySet()) {
-                keys.add(UTF8String.fromString(e.getKey()));
-                texts.add(UTF8String.fromString(e.getValue()));
-            }
-            values[width + 5] = new ArrayBasedMapData(new GenericArrayData(keys), new GenericArrayData(texts));
+        out.write(width, OP_TEXT.get(op));
+        out.write(width + 1, id);
+        out.write(width + 2, tid);
+        out.write(width + 3, seconds * 1_000_000L);
+        if (op.equals("u") || op.equals("d")) {
+            int start = out.cursor();
+            before.resetRowWriter();
+            typed(id, removed, before, "_before.");
+            out.setOffsetAndSizeFromPreviousCursor(width + 4, start);
+        } else {
+            out.setNullAt(width + 4);
         }
-        return new GenericInternalRow(values);
+        if (invalid.isEmpty()) {
+            out.setNullAt(width + 5);
+        } else { // a map<string,string>: the key array's size in bytes, the key array, the value array
+            int start = out.cursor();
+            out.grow(8);
+            out.increaseCursor(8);
+            int keys = out.cursor();
+            strings(invalid.keySet());
+            Platform.putLong(out.getBuffer(), keys - 8, out.cursor() - keys);
+            strings(invalid.values());
+            out.setOffsetAndSizeFromPreviousCursor(width + 5, start);
+        }
+        return out.getRow();
+    }
+
+    /** An array<string> of {@code texts} at the writer's cursor. */
+    private void strings(Collection<String> texts) {
+        array.initialize(texts.size());
+        int i = 0;
+        for (String text : texts) {
+            array.write(i++, UTF8String.fromString(text));
+        }
     }
 
     /** The payload's NEW and OLD images into {@link #added} and {@link #removed}. */
@@ -254,8 +322,9 @@ final class TypedReader implements PartitionReader<InternalRow> {
         return out.toString();
     }
 
-    /** One image's typed values into {@code values}; a text its type cannot hold is NULL, kept in {@code invalid}. */
-    private void typed(long id, Image image, Object[] values, String prefix, Map<String, String> invalid) {
+    /** One image's typed values into fields 0 to width - 1 of {@code into}; a text its type cannot hold is NULL,
+     * kept in {@link #invalid} under its name after {@code prefix}. */
+    private void typed(long id, Image image, UnsafeRowWriter into, String prefix) {
         if (!sameNames(image)) {
             throw new Errors.TableSchemaChanged("Row " + id + " of " + table.table() + " has the columns "
                 + list(image.names) + ", the stream's schema has " + list(Arrays.asList(names)) + ": the table changed "
@@ -265,18 +334,88 @@ final class TypedReader implements PartitionReader<InternalRow> {
         for (int i = 0; i < width; i++) {
             if (text[i] && image.bytes != null) { // no string decoded and encoded again
                 int length = image.slices[i * 4 + 3];
-                values[i] = length < 0 ? null : UTF8String.fromBytes(image.bytes, image.slices[i * 4 + 2], length);
+                if (length < 0) {
+                    into.setNullAt(i);
+                } else {
+                    into.write(i, image.bytes, image.slices[i * 4 + 2], length);
+                }
                 continue;
             }
             String value = image.text(i);
-            if (value != null) {
-                try {
-                    values[i] = converters[i].convert(value);
-                } catch (Types.Unrepresentable e) {
-                    invalid.put(prefix + names[i], value);
-                }
+            if (value == null) {
+                nothing(into, i);
+                continue;
+            }
+            try {
+                write(into, i, converters[i].convert(value));
+            } catch (Types.Unrepresentable e) {
+                invalid.put(prefix + names[i], value);
+                nothing(into, i);
             }
         }
+    }
+
+    /** Field {@code i} NULL (a wide decimal keeps its room, as Spark's own rows do). */
+    private void nothing(UnsafeRowWriter into, int i) {
+        if (kinds[i] == DECIMAL && precision[i] > Decimal.MAX_LONG_DIGITS()) {
+            into.write(i, (Decimal) null, precision[i], scale[i]);
+        } else {
+            into.setNullAt(i);
+        }
+    }
+
+    /** Field {@code i}: the converted {@code value}, as its column's Spark type lays it out. */
+    private void write(UnsafeRowWriter into, int i, Object value) {
+        switch (kinds[i]) {
+            case BOOLEAN -> into.write(i, (boolean) (Boolean) value);
+            case BYTE -> into.write(i, (byte) (Byte) value);
+            case SHORT -> into.write(i, (short) (Short) value);
+            case INT -> into.write(i, (int) (Integer) value);
+            case LONG -> into.write(i, (long) (Long) value);
+            case FLOAT -> into.write(i, (float) (Float) value);
+            case DOUBLE -> into.write(i, (double) (Double) value);
+            case DECIMAL -> into.write(i, (Decimal) value, precision[i], scale[i]);
+            case STRING -> into.write(i, (UTF8String) value);
+            case BINARY -> into.write(i, (byte[]) value);
+            default -> { // an array of strings (SET)
+                ArrayData labels = (ArrayData) value;
+                int start = into.cursor();
+                array.initialize(labels.numElements());
+                for (int j = 0; j < labels.numElements(); j++) {
+                    array.write(j, labels.getUTF8String(j));
+                }
+                into.setOffsetAndSizeFromPreviousCursor(i, start);
+            }
+        }
+    }
+
+    /** How {@link #write} lays out a value of Spark type {@code type}. */
+    private static int kind(DataType type) {
+        if (type instanceof BooleanType) {
+            return BOOLEAN;
+        } else if (type instanceof ByteType) {
+            return BYTE;
+        } else if (type instanceof ShortType) {
+            return SHORT;
+        } else if (type instanceof IntegerType || type instanceof DateType) {
+            return INT;
+        } else if (type instanceof LongType || type instanceof TimestampType || type instanceof TimestampNTZType
+                   || type instanceof DayTimeIntervalType) {
+            return LONG;
+        } else if (type instanceof FloatType) {
+            return FLOAT;
+        } else if (type instanceof DoubleType) {
+            return DOUBLE;
+        } else if (type instanceof DecimalType) {
+            return DECIMAL;
+        } else if (type instanceof StringType) {
+            return STRING;
+        } else if (type instanceof BinaryType) {
+            return BINARY;
+        } else if (type instanceof ArrayType array && array.elementType() instanceof StringType) {
+            return STRINGS;
+        }
+        throw new IllegalStateException("no layout for Spark type " + type); // Types gives none other
     }
 
     private boolean sameNames(Image image) {
