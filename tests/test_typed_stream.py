@@ -268,3 +268,25 @@ def test_a_long_read_finds_the_first_change_on_either_side_of_its_searchs_seam(
     rows = batch.option("endingId", changed_at - 1).load().select("_id", "_op").collect()
     assert [r._id for r in rows] == [i for i in range(2, changed_at) if special.get(i) not in (CREATE, index)]
     assert {r._id for r in rows if r._op == "t"} == {20_000}
+
+
+def test_the_columns_where_a_read_starts_follow_statements_on_both_sides_of_the_searchs_seam(
+        spark: SparkSession, sandbox: Sandbox, unique_name: str) -> None:
+    """A typed read starting after row 100,000 learns its table's columns from every statement before it,
+    searched in two pieces at once (up to row 50,000 and after it): an ALTER of the table under its old name
+    at row 50,000 and its RENAME at row 50,001, either side of the seam, replay in order."""
+    dc = make_channel(sandbox.dc, sandbox.source, unique_name)
+    old = {"NEW": CREATE[3]["NEW"], "SQL": "CREATE TABLE old (id BIGINT UNSIGNED PRIMARY KEY, amount DECIMAL(10,2))"}
+    rename = ("shop", "old", "RENAME", {"RENAME": [{"from": {"dbname": "shop", "tablename": "old"},
+                                                   "to": {"dbname": "shop", "tablename": "orders"}}],
+                                        "SQL": "RENAME TABLE old TO orders"})
+    special = {1: ("shop", "old", "CREATETABLE", old), 50_000: ("shop", "old", *ALTER[2:]), 50_001: rename}
+    changes = [special.get(i) or ("shop", "old" if i < 50_000 else "orders", "INSERT",
+                                  {"NEW": [{"id": str(i)}, {"amount": "1.50"}] + ([{"note": f"n{i}"}] if i > 50_000 else [])})
+               for i in range(1, 100_003)]
+    SyntheticChannel(connect(dc, "DC", unique_name), unique_name).write([[change] for change in changes])
+
+    rows = spark.read.format("gate").options(**login(dc, unique_name, table="shop.orders", startingId=100_001)).load()
+    assert rows.columns[:3] == ["id", "amount", "note"]
+    assert [(r.id, r.note, r._id) for r in rows.collect()] == [(Decimal(100_001), "n100001", 100_001),
+                                                               (Decimal(100_002), "n100002", 100_002)]

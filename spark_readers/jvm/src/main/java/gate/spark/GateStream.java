@@ -83,8 +83,8 @@ final class GateStream implements MicroBatchStream, SupportsAdmissionControl, Su
     private void requireSameColumns(Channel dc, long start) {
         java.util.List<TableSchema.Column> columns;
         try {
-            columns = TableSchema.columnsAt(dc.conn(), settings.login.channel, typed.db, typed.name, start,
-                dc.checkpoint());
+            columns = TypedTable.columnsAt(dc, settings.login.channel, typed.db, typed.name, start, dc.checkpoint(),
+                settings.partitions);
         } catch (java.sql.SQLException e) {
             throw dc.failed("reading the columns of " + typed.table(), e);
         }

@@ -147,24 +147,33 @@ final class TableSchema {
         return List.of(text(table, "dbname"), text(table, "tablename"));
     }
 
+    /** The ids of every table's statements that define, change or rename columns among rows {@code lo < id <= hi},
+     * in order: ids only, as {@link #statements} reads them. */
+    static List<Long> schemaStatements(Connection conn, long lo, long hi) throws SQLException {
+        List<Long> ids = new ArrayList<>();
+        query(conn, "SELECT id FROM transfer_data WHERE id > ? AND id <= ? AND optype IN (" + SCHEMA_OPTYPES
+            + ") ORDER BY id", rs -> ids.add(rs.getLong(1)), lo, hi);
+        return ids;
+    }
+
     /** The columns of {@code db.table} for its rows after id {@code after}: every table's DDL up to it replayed
-     * (following renames), then the table's own DDL rows after it up to its first row change. */
+     * (following renames; {@code statements}: their ids, of {@link #schemaStatements} from the oldest kept row), then
+     * the table's own DDL rows after it up to its first row change. */
     static List<Column> columnsAt(Connection conn, String channel, String db, String table, long after,
-                                  long checkpoint) throws SQLException {
+                                  long checkpoint, List<Long> statements) throws SQLException {
         Map<List<String>, List<Column>> tables = new HashMap<>();
-        query(conn, "SELECT optype, dbname, tablename, data FROM transfer_data WHERE id <= ? AND optype IN ("
-            + SCHEMA_OPTYPES + ") ORDER BY id", rs -> {
-                String optype = rs.getString(1);
-                List<String> name = List.of(rs.getString(2), rs.getString(3));
-                JsonNode ddl = json(rs.getString(4));
-                if (!optype.equals("RENAME")) {
-                    tables.put(name, apply(tables.get(name), optype, ddl));
-                }
-                for (JsonNode pair : ddl.path("RENAME")) {
-                    tables.put(key(pair.path("to")), tables.remove(key(pair.path("from"))));
-                }
-                return true;
-            }, after);
+        payloads(conn, statements, rs -> {
+            String optype = rs.getString(2);
+            List<String> name = List.of(rs.getString(3), rs.getString(4));
+            JsonNode ddl = json(rs.getString(5));
+            if (!optype.equals("RENAME")) {
+                tables.put(name, apply(tables.get(name), optype, ddl));
+            }
+            for (JsonNode pair : ddl.path("RENAME")) {
+                tables.put(key(pair.path("to")), tables.remove(key(pair.path("from"))));
+            }
+            return true;
+        });
         List<List<Column>> columns = new ArrayList<>();
         columns.add(tables.get(List.of(db, table)));
         query(conn, "SELECT optype, data FROM transfer_data WHERE dbname = ? AND tablename = ? AND id > ? AND id <= ? "
@@ -202,31 +211,44 @@ final class TableSchema {
     /** The first of the statements {@code ids} (of {@link #statements}) after which the table no longer has
      * {@code columns}; null if none. Their payloads are read {@link #DDL_BATCH} at a time. */
     static Change firstChange(Connection conn, List<Column> columns, List<Long> ids) throws SQLException {
-        List<Column> current = columns;
+        List<List<Column>> current = new ArrayList<>();
+        current.add(columns);
+        Change[] found = new Change[1];
+        payloads(conn, ids, rs -> {
+            String optype = rs.getString(2);
+            JsonNode ddl = json(rs.getString(5));
+            current.set(0, apply(current.get(0), optype, ddl));
+            if (!optype.equals("DROPTABLE") && !same(current.get(0), columns)) {
+                String sql = text(ddl, "SQL");
+                found[0] = new Change(rs.getLong(1), optype, sql.isEmpty() ? optype : sql);
+                return false;
+            }
+            return true;
+        });
+        return found[0];
+    }
+
+    /** Rows {@code ids} (id, optype, dbname, tablename, data), in order, {@link #DDL_BATCH} to a query, each to
+     * {@code handler} until it returns false. A row gone (retention ran since the ids were read) is an error. */
+    private static void payloads(Connection conn, List<Long> ids, RowHandler handler) throws SQLException {
         for (int from = 0; from < ids.size(); from += DDL_BATCH) {
             List<Long> batch = ids.subList(from, Math.min(from + DDL_BATCH, ids.size()));
             String marks = String.join(", ", Collections.nCopies(batch.size(), "?"));
-            List<Change> statements = new ArrayList<>();
-            List<JsonNode> payloads = new ArrayList<>();
-            query(conn, "SELECT id, optype, data FROM transfer_data WHERE id IN (" + marks + ") ORDER BY id", rs -> {
-                JsonNode ddl = json(rs.getString(3));
-                String sql = text(ddl, "SQL");
-                statements.add(new Change(rs.getLong(1), rs.getString(2), sql.isEmpty() ? rs.getString(2) : sql));
-                payloads.add(ddl);
-                return true;
-            }, batch.toArray());
-            if (statements.size() < batch.size()) { // retention ran between the two queries
+            int[] seen = {0};
+            boolean[] stopped = {false};
+            query(conn, "SELECT id, optype, dbname, tablename, data FROM transfer_data WHERE id IN (" + marks
+                + ") ORDER BY id", rs -> {
+                    seen[0]++;
+                    stopped[0] = !handler.row(rs);
+                    return !stopped[0];
+                }, batch.toArray());
+            if (stopped[0]) {
+                return;
+            }
+            if (seen[0] < batch.size()) {
                 throw new SQLException("statements among rows " + batch.get(0) + " to " + batch.get(batch.size() - 1)
                     + " were removed while they were read (retention ran meanwhile): read again");
             }
-            for (int i = 0; i < statements.size(); i++) {
-                Change statement = statements.get(i);
-                current = apply(current, statement.optype(), payloads.get(i));
-                if (!statement.optype().equals("DROPTABLE") && !same(current, columns)) {
-                    return statement;
-                }
-            }
         }
-        return null;
     }
 }

@@ -191,7 +191,8 @@ final class TypedTable implements Serializable {
                         + "' cannot read (" + e.getMessage() + "). GRANT SELECT ON " + login.channel + ".gate_settings "
                         + "TO the reader.");
                 }
-                columns = TableSchema.columnsAt(conn, login.channel, names[0], names[1], position, dc.checkpoint());
+                columns = columnsAt(dc, login.channel, names[0], names[1], position, dc.checkpoint(),
+                    settings.partitions);
             } catch (SQLException e) {
                 throw dc.failed("reading the columns of " + settings.table, e);
             }
@@ -234,47 +235,69 @@ final class TypedTable implements Serializable {
         }
     }
 
-    /** The first statement of rows {@code lo < id <= hi} that changes these columns (null: none). A range of at
-     * least twice {@link #PIECE} rows read by key is searched in up to {@code parts} pieces at once, each on a
-     * connection of its own: that search reads every row of the range, about 0.2 µs of the DC's CPU a row, before
-     * any row is read, so the DC's cores share it. */
+    /** The first statement of rows {@code lo < id <= hi} that changes these columns (null: none). A range read by
+     * key is searched {@link #inPieces}. */
     TableSchema.Change change(Channel dc, long lo, long hi, boolean byKey, int parts) {
-        int pieces = byKey ? (int) Math.min(Math.min(parts, MAX_PIECES), (hi - lo) / PIECE) : 1;
         try {
-            List<Long> ids = new ArrayList<>();
-            if (pieces <= 1) {
-                ids = TableSchema.statements(dc.conn(), db, name, lo, hi, byKey);
-            } else {
-                ExecutorService pool = Executors.newFixedThreadPool(pieces);
-                try {
-                    List<Future<List<Long>>> found = new ArrayList<>();
-                    for (InputPartition piece : IdRange.split(lo, hi, pieces)) {
-                        IdRange range = (IdRange) piece;
-                        found.add(pool.submit(() -> {
-                            try (Channel own = dc.another()) {
-                                return TableSchema.statements(own.conn(), db, name, range.lo, range.hi, true);
-                            }
-                        }));
-                    }
-                    for (Future<List<Long>> piece : found) {
-                        ids.addAll(piece.get());
-                    }
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    throw new SQLException("interrupted", e);
-                } catch (ExecutionException e) {
-                    if (e.getCause() instanceof RuntimeException named) { // a connection refused: already named
-                        throw named;
-                    }
-                    throw e.getCause() instanceof SQLException sql ? sql : new SQLException(e.getCause().getMessage(),
-                        e.getCause());
-                } finally {
-                    pool.shutdownNow();
-                }
-            }
+            List<Long> ids = byKey
+                ? inPieces(dc, lo, hi, parts, (conn, from, to) -> TableSchema.statements(conn, db, name, from, to, true))
+                : TableSchema.statements(dc.conn(), db, name, lo, hi, false);
             return TableSchema.firstChange(dc.conn(), columns, ids);
         } catch (SQLException e) {
             throw dc.failed("reading the statements on " + table(), e);
+        }
+    }
+
+    /** The columns of {@code db.name} for its rows after {@code after} (TableSchema.columnsAt), every table's
+     * statements from the oldest kept row up to it searched {@link #inPieces}. */
+    static List<TableSchema.Column> columnsAt(Channel dc, String channel, String db, String name, long after,
+                                              long checkpoint, int parts) throws SQLException {
+        long oldest = Math.min(after, Channel.purgedThrough(dc.conn(), channel));
+        List<Long> ids = inPieces(dc, oldest, after, parts, TableSchema::schemaStatements);
+        return TableSchema.columnsAt(dc.conn(), channel, db, name, after, checkpoint, ids);
+    }
+
+    /** A search for the ids of some rows among {@code lo < id <= hi}, in order. */
+    interface Search {
+        List<Long> ids(Connection conn, long lo, long hi) throws SQLException;
+    }
+
+    /** The ids {@code search} finds among rows {@code lo < id <= hi}, in order. A range of at least twice
+     * {@link #PIECE} rows is searched in up to {@code parts} pieces at once, each on a connection of its own: such a
+     * search reads every row of its range (about 0.2 µs of the DC's CPU a row) before any row is read, so the DC's
+     * cores share it. */
+    static List<Long> inPieces(Channel dc, long lo, long hi, int parts, Search search) throws SQLException {
+        int pieces = (int) Math.min(Math.min(parts, MAX_PIECES), (hi - lo) / PIECE);
+        if (pieces <= 1) {
+            return search.ids(dc.conn(), lo, hi);
+        }
+        ExecutorService pool = Executors.newFixedThreadPool(pieces);
+        try {
+            List<Future<List<Long>>> found = new ArrayList<>();
+            for (InputPartition piece : IdRange.split(lo, hi, pieces)) {
+                IdRange range = (IdRange) piece;
+                found.add(pool.submit(() -> {
+                    try (Channel own = dc.another()) {
+                        return search.ids(own.conn(), range.lo, range.hi);
+                    }
+                }));
+            }
+            List<Long> ids = new ArrayList<>();
+            for (Future<List<Long>> piece : found) {
+                ids.addAll(piece.get());
+            }
+            return ids;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new SQLException("interrupted", e);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof RuntimeException named) { // a connection refused: already named
+                throw named;
+            }
+            throw e.getCause() instanceof SQLException sql ? sql : new SQLException(e.getCause().getMessage(),
+                e.getCause());
+        } finally {
+            pool.shutdownNow();
         }
     }
 
