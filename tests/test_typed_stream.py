@@ -281,9 +281,11 @@ def test_the_columns_where_a_read_starts_follow_statements_on_both_sides_of_the_
                                                    "to": {"dbname": "shop", "tablename": "orders"}}],
                                         "SQL": "RENAME TABLE old TO orders"})
     special = {1: ("shop", "old", "CREATETABLE", old), 50_000: ("shop", "old", *ALTER[2:]), 50_001: rename}
-    changes = [special.get(i) or ("shop", "old" if i < 50_000 else "orders", "INSERT",
-                                  {"NEW": [{"id": str(i)}, {"amount": "1.50"}] + ([{"note": f"n{i}"}] if i > 50_000 else [])})
-               for i in range(1, 100_003)]
+    def insert(i: int) -> tuple[str, str, str, dict[str, Any]]:
+        note = [{"note": f"n{i}"}] if i > 50_000 else []
+        return ("shop", "old" if i < 50_000 else "orders", "INSERT", {"NEW": [{"id": str(i)}, {"amount": "1.50"}, *note]})
+
+    changes = [special.get(i) or insert(i) for i in range(1, 100_003)]
     SyntheticChannel(connect(dc, "DC", unique_name), unique_name).write([[change] for change in changes])
 
     rows = spark.read.format("gate").options(**login(dc, unique_name, table="shop.orders", startingId=100_001)).load()
