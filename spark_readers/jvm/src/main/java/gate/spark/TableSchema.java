@@ -26,8 +26,9 @@ import java.util.Set;
  */
 final class TableSchema {
     private static final ObjectMapper MAPPER = new ObjectMapper();
-    private static final String SCHEMA_OPTYPES = "'CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'RENAME', 'DROPTABLE'";
-    private static final int DDL_BATCH = 100; // statements whose payloads firstChange reads in one query
+    private static final String CHANGE_OPTYPES = "'CREATETABLE', 'SNAPSHOTSTART', 'ALTERTABLE', 'DROPTABLE'";
+    private static final String SCHEMA_OPTYPES = CHANGE_OPTYPES + ", 'RENAME'"; // and renames, for columnsAt
+    private static final int DDL_BATCH = 100; // statements whose payloads one query of payloads() reads
     private static final Set<String> ROW_OPTYPES = Set.of("INSERT", "UPDATE", "DELETE", "SNAPSHOT");
 
     private TableSchema() {
@@ -203,8 +204,8 @@ final class TableSchema {
             throws SQLException {
         List<Long> ids = new ArrayList<>();
         query(conn, "SELECT id FROM transfer_data" + (byKey ? " FORCE INDEX (PRIMARY)" : "")
-            + " WHERE dbname = ? AND tablename = ? AND id > ? AND id <= ? AND optype IN ('CREATETABLE', 'SNAPSHOTSTART', "
-            + "'ALTERTABLE', 'DROPTABLE') ORDER BY id", rs -> ids.add(rs.getLong(1)), db, table, lo, hi);
+            + " WHERE dbname = ? AND tablename = ? AND id > ? AND id <= ? AND optype IN (" + CHANGE_OPTYPES
+            + ") ORDER BY id", rs -> ids.add(rs.getLong(1)), db, table, lo, hi);
         return ids;
     }
 

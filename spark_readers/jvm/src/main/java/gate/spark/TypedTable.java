@@ -32,7 +32,7 @@ final class TypedTable implements Serializable {
     static final List<String> META = List.of("_op", "_id", "_tid", "_ts", "_before", "_invalid");
     private static final Pattern IDENTIFIER = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,63}");
     private static final int SAMPLE = 1_000; // the table's rows byKey looks at
-    private static final long PIECE = 50_000; // rows: change searches a range of at least twice that in pieces
+    private static final long PIECE = 50_000; // rows: inPieces splits a range of at least twice that
     private static final int MAX_PIECES = 8;
 
     final String db;
