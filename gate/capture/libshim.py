@@ -59,12 +59,13 @@ from __future__ import annotations
 
 import codecs
 import struct
+import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from pymysql.connections import DEFAULT_CHARSET
-from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysql.constants.COMMAND import COM_BINLOG_DUMP, COM_QUERY
 from pymysql.cursors import DictCursor
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
@@ -133,9 +134,44 @@ class OwnedStream(BinLogStreamReader):
             self._format = StreamFormat.of(self)
         return self._format
 
+    _opening: threading.Thread | None = None
+    _open_error: BaseException | None = None
+
+    def connect_now(self) -> None:
+        """Begin opening the stream in a thread of its own (the login, the SET and the dump), so that its round
+        trips to the source overlap what the caller does meanwhile; the first :meth:`fetchone` waits for it and
+        raises its error, where the stream's own connecting would have raised it."""
+
+        def opening() -> None:
+            try:
+                self._BinLogStreamReader__connect_to_stream()
+            except BaseException as exc:  # noqa: BLE001 (raised again by the first fetchone)
+                self._open_error = exc
+
+        self._opening = threading.Thread(target=opening, name="gate-binlog-open", daemon=True)
+        self._opening.start()
+
+    def _opened(self) -> None:
+        """Wait for :meth:`connect_now`'s thread; raise its error once."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.join()
+        error, self._open_error = self._open_error, None
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Close the stream (after the thread of :meth:`connect_now`, should it still be connecting)."""
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+        super().close()
+
     def fetchone(self) -> Any:
         """The library's next event; a Format Description event (each binlog file's first) sets whether the
         events after it end with a checksum."""
+        if self._opening is not None:
+            self._opened()
         while True:
             event = super().fetchone()
             if type(event) is not FormatDescriptionEvent:
@@ -169,7 +205,8 @@ class OwnedStream(BinLogStreamReader):
     def _BinLogStreamReader__connect_to_stream(self) -> None:  # noqa: N802 (name-mangled override)
         """Open the stream, once (a second call raises :class:`StreamLost`: gate reconnects itself), with one SET
         after the login (the library's are one round trip each: the checksum, the heartbeat, the capability and
-        in MariaDB GTID mode three more), then COM_BINLOG_DUMP from the file and position, or in GTID mode from
+        in MariaDB GTID mode three more) sent together with COM_BINLOG_DUMP (one round trip for both) from the
+        file and position, or in GTID mode from
         ``@slave_connect_state`` (with a length header that matches its payload, as the library's does not).
         The SET tells the server that gate reads checksummed binlogs (else it refuses to send them) and that
         its first, made-up Rotate event carries none: from there on each file's Format Description event says
@@ -186,8 +223,8 @@ class OwnedStream(BinLogStreamReader):
         gtid = self.auto_position is not None
         if gtid:
             variables += ["@slave_connect_state = %s", "@slave_gtid_strict_mode = 1", "@slave_gtid_ignore_duplicates = 0"]
-        cur = connection.cursor()  # the connection's first query: its SET NAMES too (names_later)
-        cur.execute(", ".join(variables), (self.auto_position,) if gtid else None)
+        cur = connection.cursor()
+        set_query = cur.mogrify(", ".join(variables), (self.auto_position,) if gtid else None)
         cur.close()
         self._BinLogStreamReader__use_checksum = False
         self._register_slave()
@@ -198,7 +235,16 @@ class OwnedStream(BinLogStreamReader):
         else:
             position = self.log_pos if self._BinLogStreamReader__resume_stream else 4
             payload = bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", position, flags, server_id) + self.log_file.encode()
-        connection._write_bytes(struct.pack("<i", len(payload)) + payload)
+        # The SET (the connection's first query: its SET NAMES too, names_later) and the dump go in one write: the
+        # server runs them in turn, so the dump sees the SET's variables, and the stream starts a round trip
+        # sooner. Should the SET fail, its error is raised and the connection closed, dump and all.
+        try:
+            connection._execute_command(COM_QUERY, set_query)
+            connection._write_bytes(struct.pack("<i", len(payload)) + payload)
+            connection._read_query_result()
+        except BaseException:
+            connection._force_close()  # what PyMySQL does itself on a broken link; no COM_QUIT behind the dump
+            raise
         connection._next_seq_id = 1
         self._BinLogStreamReader__connected_stream = True
         read_packet = connection._read_packet
