@@ -282,11 +282,12 @@ def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_co
     each a multi-statement query: the character set, the server checked, the lock taken and the schema
     version, settings, resume state, notes and the channel's holder read; then the channel taken over (a new
     epoch, first in the transaction) and the DC made consistent (rows above the checkpoint removed, runner
-    record, the last error cleared). The source is asked once after its login: its server checked, its
-    server_id, binlog expiry and binary logs; then the binlog stream's connection sets its character set,
-    checksum, capability and heartbeat in one SET (it used to be four connections, the library's control
-    connection among them, and eleven round trips after their logins). Nothing else until the data is in,
-    checkpointed and exact."""
+    record, the last error cleared). The source is asked once after its login, in a thread of its own while the
+    children start: its server checked, its server_id, binlog expiry and binary logs. Meanwhile, in another
+    thread, the binlog stream's connection
+    sets its character set, checksum, capability and heartbeat in one SET, sent with the dump in one round trip
+    (it used to be four connections, the library's control connection among them, and eleven round trips after
+    their logins, one after the other). Nothing else until the data is in, checkpointed and exact."""
     import pymysql.connections
 
     from tests.replay import _THREADS
@@ -314,14 +315,16 @@ def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_co
             wait_caught_up(sandbox.source, sandbox.dc, unique_name)
             reading = _THREADS[id(pipeline)]
             to_dc = [sql for thread, port, sql in calls if thread is reading and port == sandbox.dc.port]
-            to_source = [sql for thread, port, sql in calls if thread is reading and port == sandbox.source.port]
+            to_source = [sql for thread, port, sql in calls if thread.name.startswith("gate-source-start")]
+            assert not [sql for thread, port, sql in calls if thread is reading and port == sandbox.source.port]
+            stream = [sql for thread, port, sql in calls if thread.name == "gate-binlog-open"]
     assert len(to_dc) == 3, to_dc
     assert to_dc[0] == "connect"
     assert to_dc[1].startswith("SET NAMES utf8mb4;SELECT @@version, @@version_comment;SELECT GET_LOCK(")
     assert to_dc[2].startswith("BEGIN;REPLACE INTO ")  # gate_holder's row: the takeover
-    assert to_source == [  # then the binlog dump, a command of the library's own; no control connection
-        "connect", "SET NAMES utf8mb4;SELECT @@version, @@version_comment;SELECT @@server_id, "
-        "@@binlog_expire_logs_seconds;SHOW BINARY LOGS",
+    assert to_source == ["connect", "SET NAMES utf8mb4;SELECT @@version, @@version_comment;SELECT @@server_id, "
+                         "@@binlog_expire_logs_seconds;SHOW BINARY LOGS"]
+    assert stream == [  # the binlog dump goes with the SET, a write of gate's own; no control connection
         "connect", "SET NAMES utf8, @master_binlog_checksum = 'NONE', @mariadb_slave_capability = 4, "
         "@master_heartbeat_period = 100000000"]
     assert [(r[0], r[1], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)] == [

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TypeVar
@@ -705,18 +706,30 @@ class Pipeline:
         source = settings.source
         defaults = settings.defaults
         self._on_rows_without_events = defaults.on_rows_without_events
-        with ExitStack() as not_started:  # the children start first (the writers connect while gate prepares)
-            pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
-                              on_written=self._chunk_written, fence=self._fence(), link=self._dc_link)
-            not_started.callback(pool.close, graceful=False)
-            decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
-            not_started.callback(decoders.close)
-            server_id, files = self._source_start(source, start.state.log_file if start.marker is None else None)
+        retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
+
+        def reader_from(state: ResumeState) -> BinlogReader:
+            return BinlogReader(source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos),
+                                retry_for=retry_for, channel=self.channel)
+
+        with ExitStack() as not_started:  # the binlog stream, the source's questions and the children at once
+            resume = start.state
+            early: BinlogReader | None = None
+            if (resume.log_file or resume.gtid_pos) and resume.instance_name in (None, "", source.address):
+                self._reader = early = reader_from(resume)  # the position _prepare keeps: read it while it works
+                early.open_now()
+                not_started.callback(early.discard)  # unless the loop reads it
+            with ThreadPoolExecutor(1, thread_name_prefix="gate-source-start") as asking:  # while the children start
+                asked = asking.submit(self._source_start, source, resume.log_file if start.marker is None else None)
+                pool = WriterPool(self.dc, self.channel, defaults.writers, cancel=self._abandon,
+                                  on_written=self._chunk_written, fence=self._fence(), link=self._dc_link)
+                not_started.callback(pool.close, graceful=False)
+                decoders = DecoderPool(defaults.timezone, defaults.binary_format, defaults.decoders)
+                not_started.callback(decoders.close)
+                server_id, files = asked.result()
             state = self._prepare(settings, start, server_id)
-            retry_for = defaults.failover_after_seconds if settings.standby else float("inf")
-            self._reader = reader = BinlogReader(
-                source, settings.server_id, Position(state.log_file, state.log_pos, state.gtid_pos),
-                retry_for=retry_for, channel=self.channel)
+            assert early is None or state is resume, "_prepare moves only a channel without a position"
+            self._reader = reader = early or reader_from(state)
             translator = Translator(ZoneInfo(defaults.timezone), defaults.binary_format,
                                     TableFilter(settings.allow, settings.deny),
                                     describe_columns(source, retry_for, self._stopping),

@@ -249,11 +249,27 @@ class BinlogReader:
         self._gtids = _gtid_state(start.gtid_pos)
         self._stopped = False
         self._stream: OwnedStream | None = None
+        self._early = False  # the stream open_now opened, not read yet
         self.connected = False  # the stream delivers (events or heartbeats)
         self.disconnects = 0  # streams lost since this reader started
 
     def stop(self) -> None:
         self._stopped = True
+
+    def open_now(self) -> None:
+        """Begin opening the binlog stream now, in a thread of its own: its round trips to the source (the
+        login, then the SET and the dump in one) overlap the rest of gate's start-up. The first item waits for
+        it; an error of it comes there, as the stream's own connecting would raise it. :meth:`discard` closes a
+        stream opened so that is not read after all."""
+        self._stream = self._open()
+        self._stream.connect_now()
+        self._early = True
+
+    def discard(self) -> None:
+        """Close the stream :meth:`open_now` opened, unless iterating took it over."""
+        if self._early and self._stream is not None:
+            self._early = False
+            self._stream.close()
 
     @property
     def stream(self) -> OwnedStream:
@@ -327,10 +343,11 @@ class BinlogReader:
         delivered = 0  # items of the open transaction already yielded; skipped after a reconnect
         failing_since: float | None = None
         while not self._stopped:
-            self._stream = self._open()
+            stream = self._stream if self._early and self._stream is not None else self._open()
+            self._stream, self._early = stream, False
             skip = delivered
             try:
-                for item in self._items(self._stream):
+                for item in self._items(stream):
                     failing_since = None
                     self.connected = True
                     if isinstance(item, Idle):
@@ -361,7 +378,7 @@ class BinlogReader:
                             self.server.address, exc, self.boundary.describe())
                 time.sleep(backoff(int(now - failing_since)))
             finally:
-                self._stream.close()
+                stream.close()
 
     def _items(self, stream: OwnedStream) -> Iterator[Item]:
         in_txn = False
