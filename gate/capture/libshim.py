@@ -11,6 +11,9 @@ gate touches the library's private names. What gate relies on, and why:
   and ``_stream_connection``: :class:`OwnedStream` opens the stream itself, with one SET after the login
   (the library's are up to seven round trips), and sends COM_BINLOG_DUMP itself: the library's MariaDB
   GTID dump packet declares a 14-byte length for 15 bytes of payload, and MariaDB drops the connection.
+  The SET and the dump go in one write, through PyMySQL's ``_execute_command`` and ``_write_bytes``,
+  then the SET's answer is read (``_read_query_result``); a failing SET closes the connection with
+  ``_force_close`` (a dump is behind it). :meth:`OwnedStream.connect_now` runs all that in a thread.
 - ``_stream_connection._read_packet``: wrapped by :class:`OwnedStream` once it has connected, to see
   every event's type before the library filters it (the library drops the types it has no parser for,
   and those outside ``only_events``, without a trace), so gate can refuse the types it does not handle
