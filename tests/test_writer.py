@@ -395,7 +395,7 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
     import pymysql.connections
 
     from gate.capture.holder import SESSION_SLOTS
-    from gate.capture.writer import MAX_LANES, PACKET_QUERY, DcLink, WriterPool, lanes_for
+    from gate.capture.writer import MAX_LANES, PACKET_QUERY, QUEUED_PER_LANE, DcLink, WriterPool, lanes_for
     from gate.common.dc import lock_name
 
     dc = server_config(sandbox.dc)
@@ -408,6 +408,7 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
     assert lanes_for(link.rtt) == MAX_LANES
 
     pool = WriterPool(dc, unique_name, 2, link=link)
+    assert pool.capacity == 2 * QUEUED_PER_LANE * MAX_LANES  # chunks waiting: 4 for each lane of each writer
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and _connected(sandbox, unique_name) < 2 * MAX_LANES:

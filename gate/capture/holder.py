@@ -42,7 +42,7 @@ from gate.common.retry import is_transient
 log = logging.getLogger(__name__)
 
 TABLES = ("gate_holder", "gate_process", "gate_takeover")
-SESSION_SLOTS = 64 * 16 + 16  # session locks gate:CHANNEL:s0.. : writers (at most 64) of up to 16 lanes each (6 now)
+SESSION_SLOTS = 64 * 16 + 16  # session locks gate:CHANNEL:s0.. : writers (at most 64) of up to 16 lanes each (3 now)
 # (writer.MAX_LANES), retention, heartbeat, sampler
 BEATS_PER_LEASE = 5  # heartbeats per lease_seconds
 STANDBY_SEEN = 3.0  # a standby whose heartbeat is older than this many leases is not counted

@@ -43,8 +43,11 @@ LARGEST_PACKET = 1 << 30  # the largest max_allowed_packet MariaDB and MySQL acc
 STUCK_RETRY = 5.0  # seconds between attempts to write a row larger than the DC's max_allowed_packet
 REPORT_EVERY = 60.0  # seconds between repeated log lines about the same chunk
 LANE_SPAN = 0.025  # seconds of round trip to the DC per extra connection of a writer (about a chunk's time in the DC)
-MAX_LANES = 6  # connections per writer at most: a free lane takes the chunks waiting (GROUP_ROWS), so more only
-# contend in the DC (at 300 ms, 13 lanes a writer took 10,000-row groups in 2.5 to 5.6 s, 6 lanes kept up better)
+MAX_LANES = 3  # connections per writer at most: a free lane takes the chunks waiting (GROUP_ROWS), so more only
+# contend in the DC: each is one more transaction inserting at the end of transfer_data's key at once, and the DC
+# server's CPU per row grows with them (1,000,000 rows at 100 ms: workload a 15.7 us a row with 5 lanes a writer,
+# 14.1 with 3; c 13.1 and 11.0), on a machine where the DC server's CPU is the rate
+QUEUED_PER_LANE = 4  # chunks waiting for each writer, per lane of it: with fewer lanes, larger groups keep the rate
 GROUP_ROWS = 10_000  # rows of chunks already waiting that a lane coming free takes into one transaction, at most
 QUEUED_WAIT = 0.05  # seconds a lane waits for a chunk counted as queued that is not through the pipe yet
 STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting for a larger max_allowed_packet
@@ -431,13 +434,18 @@ class WriterPool(WorkerPool):
     kind = "writer"
     failure = WriterFailed
 
-    def __init__(self, server: ServerConfig, database: str, processes: int, depth: int = 4,
+    def __init__(self, server: ServerConfig, database: str, processes: int, depth: int | None = None,
                  cancel: threading.Event | None = None,
                  on_written: Callable[[dict[str, int], float], None] | None = None, fence: Fence | None = None,
                  link: DcLink | None = None) -> None:
+        """``depth``: chunks waiting for each writer at most (the backpressure on the reader); by default
+        QUEUED_PER_LANE for each of its lanes, so that over a long round trip a lane coming free finds a large
+        group (see :func:`_take`) while the others wait for their commits."""
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
         self._on_written = on_written  # told each committed chunk's rows per optype and its seconds
+        if depth is None:
+            depth = QUEUED_PER_LANE * (1 if link is None else lanes_for(link.rtt))
         super().__init__(_writer_main, (server, database, fence, link), processes, depth)
         self.in_flight = 0
         self._done: list[int] = []
