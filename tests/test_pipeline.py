@@ -284,10 +284,10 @@ def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_co
     epoch, first in the transaction) and the DC made consistent (rows above the checkpoint removed, runner
     record, the last error cleared). The source is asked once after its login, in a thread of its own while the
     children start: its server checked, its server_id, binlog expiry and binary logs. Meanwhile, in another
-    thread, the binlog stream's connection
-    sets its character set, checksum, capability and heartbeat in one SET, sent with the dump in one round trip
-    (it used to be four connections, the library's control connection among them, and eleven round trips after
-    their logins, one after the other). Nothing else until the data is in, checkpointed and exact."""
+    thread, the binlog stream's connection sets its character set, checksum, capability and heartbeat in one
+    SET, sent with the dump in one round trip (it used to be four connections, the library's control connection
+    among them, and eleven round trips after their logins, one after the other). Nothing else until the data is
+    in, checkpointed and exact."""
     import pymysql.connections
 
     from tests.replay import _THREADS

@@ -21,7 +21,7 @@ def _read(reader: BinlogReader, db: str, commits: int) -> list[tuple[str, object
     item: Item
     for item in reader:
         if type(item) is Rows and item.event.schema == db:
-            seen.append((item.event.table, [row for row in item.event.rows]))
+            seen.append((item.event.table, list(item.event.rows)))
         elif type(item) is Commit:
             ended += 1
             seen.append(("commit", item.position))

@@ -154,27 +154,24 @@ class OwnedStream(BinLogStreamReader):
         self._opening = threading.Thread(target=opening, name="gate-binlog-open", daemon=True)
         self._opening.start()
 
-    def _opened(self) -> None:
-        """Wait for :meth:`connect_now`'s thread; raise its error once."""
+    def _opened(self) -> BaseException | None:
+        """Wait for :meth:`connect_now`'s thread, if any; its error, once."""
         opening, self._opening = self._opening, None
         if opening is not None:
             opening.join()
         error, self._open_error = self._open_error, None
-        if error is not None:
-            raise error
+        return error
 
     def close(self) -> None:
         """Close the stream (after the thread of :meth:`connect_now`, should it still be connecting)."""
-        if self._opening is not None:
-            self._opening.join()
-            self._opening = None
+        self._opened()
         super().close()
 
     def fetchone(self) -> Any:
         """The library's next event; a Format Description event (each binlog file's first) sets whether the
         events after it end with a checksum."""
-        if self._opening is not None:
-            self._opened()
+        if self._opening is not None and (error := self._opened()) is not None:
+            raise error
         while True:
             event = super().fetchone()
             if type(event) is not FormatDescriptionEvent:

@@ -249,7 +249,7 @@ class BinlogReader:
         self._gtids = _gtid_state(start.gtid_pos)
         self._stopped = False
         self._stream: OwnedStream | None = None
-        self._early = False  # the stream open_now opened, not read yet
+        self._unread: OwnedStream | None = None  # the stream open_now opened, not read yet
         self.connected = False  # the stream delivers (events or heartbeats)
         self.disconnects = 0  # streams lost since this reader started
 
@@ -261,15 +261,14 @@ class BinlogReader:
         login, then the SET and the dump in one) overlap the rest of gate's start-up. The first item waits for
         it; an error of it comes there, as the stream's own connecting would raise it. :meth:`discard` closes a
         stream opened so that is not read after all."""
-        self._stream = self._open()
-        self._stream.connect_now()
-        self._early = True
+        self._stream = self._unread = self._open()
+        self._unread.connect_now()
 
     def discard(self) -> None:
         """Close the stream :meth:`open_now` opened, unless iterating took it over."""
-        if self._early and self._stream is not None:
-            self._early = False
-            self._stream.close()
+        unread, self._unread = self._unread, None
+        if unread is not None:
+            unread.close()
 
     @property
     def stream(self) -> OwnedStream:
@@ -343,8 +342,8 @@ class BinlogReader:
         delivered = 0  # items of the open transaction already yielded; skipped after a reconnect
         failing_since: float | None = None
         while not self._stopped:
-            stream = self._stream if self._early and self._stream is not None else self._open()
-            self._stream, self._early = stream, False
+            stream, self._unread = self._unread or self._open(), None
+            self._stream = stream
             skip = delivered
             try:
                 for item in self._items(stream):
