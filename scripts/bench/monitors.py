@@ -124,7 +124,9 @@ class TreeMonitor(threading.Thread):
 
 
 class CheckpointPoller(threading.Thread):
-    """Polls the channel's checkpoint and resume position every ``interval`` s, recording each change."""
+    """Polls the channel's checkpoint and resume position every ``interval`` s, recording each change, and the
+    highest id committed in transfer_data (``landed``: rows written, also above the checkpoint, as inside one
+    large transaction)."""
 
     def __init__(self, dc: MariaDBServer, channel: str, end: Position | None = None, interval: float = 0.01) -> None:
         super().__init__(daemon=True)
@@ -133,6 +135,7 @@ class CheckpointPoller(threading.Thread):
         self.end = end
         self.interval = interval
         self.trace: list[tuple[float, int]] = []  # (wall time, checkpoint id), on change
+        self.landed: list[tuple[float, int]] = []  # (wall time, highest id in transfer_data), on change
         self.reached = threading.Event()
         self.reached_at: float | None = None
         self._halt = threading.Event()
@@ -144,16 +147,20 @@ class CheckpointPoller(threading.Thread):
 
     def run(self) -> None:
         conn = self.dc.connect(self.channel)
-        last = -1
+        last = top = -1
         try:
             with conn.cursor() as cur:
                 while not self._halt.is_set():
-                    cur.execute("SELECT c.id, r.log_file, r.log_pos FROM transfer_checkpoint c, gate_resume r")
-                    cid, log_file, log_pos = cur.fetchone()
+                    cur.execute("SELECT c.id, r.log_file, r.log_pos, (SELECT COALESCE(MAX(id), 0) FROM transfer_data) "
+                                "FROM transfer_checkpoint c, gate_resume r")
+                    cid, log_file, log_pos, landed = cur.fetchone()
                     now = time.time()
                     if cid != last:
                         self.trace.append((now, int(cid)))
                         last = cid
+                    if landed != top:
+                        self.landed.append((now, int(landed)))
+                        top = landed
                     if log_file is not None:
                         self.position = (log_file, int(log_pos))
                     if self.end is not None and not self.reached.is_set() and self.position is not None \
