@@ -63,6 +63,8 @@ class LinkProxy:
             except OSError:
                 client.close()
                 continue
+            for sock in (client, server):  # each piece goes when due: Nagle's wait for an ACK (up to the peer's
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # 40 ms delayed ACK) is no part of a link
             with self._lock:
                 self._sockets += [client, server]
             for pair in ((client, server), (server, client)):
