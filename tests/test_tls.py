@@ -271,18 +271,22 @@ def test_sandbox_up_tls_prints_the_settings_that_verify_it(tmp_path: Path) -> No
 
 
 def test_set_changes_tls_only_after_connecting_with_it(gate: Gate, box: Sandbox, tmp_path: Path) -> None:
-    before = json.loads(gate("--json", "channel", "show", "tlsrun").output)
+    assert box.standby is not None
+    created = gate("channel", "create", "tlsset", "--source", box.source.address, *ca_options(box, "source"),
+                   "--standby", box.standby.address, *ca_options(box, "standby"))
+    assert created.exit_code == 0, created.output
+    before = json.loads(gate("--json", "channel", "show", "tlsset").output)
     stranger = make_authority(tmp_path, "stranger", "a stranger's CA")
-    refused = gate("channel", "set", "tlsrun", "--source-tls-ca", str(stranger.cert))
+    refused = gate("channel", "set", "tlsset", "--source-tls-ca", str(stranger.cert))
     assert refused.exit_code == 3 and "did not sign" in refused.output
-    assert json.loads(gate("--json", "channel", "show", "tlsrun").output) == before
-    changed = gate("--json", "channel", "set", "tlsrun", "--standby-tls-mode", "verify-ca")
+    assert json.loads(gate("--json", "channel", "show", "tlsset").output) == before
+    changed = gate("--json", "channel", "set", "tlsset", "--standby-tls-mode", "verify-ca")
     assert json.loads(changed.output)["standby_tls"] == {"mode": "verify-ca", "ca": str(box.tls_dir / "ca.pem"),
                                                          "cert": None, "key": None}
-    kept_ca = gate("channel", "set", "tlsrun", "--standby-tls-mode", "required")
+    kept_ca = gate("channel", "set", "tlsset", "--standby-tls-mode", "required")
     assert kept_ca.exit_code == 2 and "Use mode verify-ca or verify-identity, or leave the CA out." in kept_ca.output
-    assert gate("channel", "set", "tlsrun", "--standby-tls-mode", "required", "--standby-tls-ca", "").exit_code == 0
-    assert json.loads(gate("--json", "channel", "show", "tlsrun").output)["standby"]["tls"]["mode"] == "required"
+    assert gate("channel", "set", "tlsset", "--standby-tls-mode", "required", "--standby-tls-ca", "").exit_code == 0
+    assert json.loads(gate("--json", "channel", "show", "tlsset").output)["standby"]["tls"]["mode"] == "required"
 
 
 def test_a_source_failing_tls_stops_gate_and_is_never_failed_over(box: Sandbox, tmp_path: Path) -> None:
