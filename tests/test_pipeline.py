@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from click.testing import Result
@@ -274,71 +273,6 @@ def test_columns_for_create_like_come_from_the_source_and_an_outage_is_a_source_
     with pytest.raises(SourceDown, match=rf"unreachable for \d+ s while gate read the columns of {db}\.s "):
         describe_columns(nowhere, 0.5, threading.Event())(db, "s")
     assert 0.5 <= time.monotonic() - started < 10
-
-
-def test_the_preflight_runs_while_the_dc_is_taken_over_and_nothing_is_read_before_it_passes(
-        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """gate run's preflight asks the source some 11 round trips (3.3 s over a 300 ms link): they run while the DC
-    is taken over, and the binlog is read only once they have passed. Here the checks are held 1 s longer (a
-    slow link); a fatal problem found then stops gate with nothing read: no row in the DC, the checkpoint where
-    it was, the binlog stream opened early discarded."""
-    from gate.admin import preflight
-    from gate.common.errors import PreflightFailed
-
-    db = f"src_{unique_name}"
-    events: list[str] = []
-    fatal: list[str] = []
-    original_checks, original_prepare, original_loop = preflight.require_channel, Pipeline._prepare, Pipeline._loop
-
-    def slow_checks(settings: ChannelSettings) -> list[preflight.Problem]:
-        events.append("checks begin")
-        problems = original_checks(settings)
-        time.sleep(1.0)
-        events.append("checks end")
-        if fatal:
-            raise PreflightFailed(fatal[0])
-        return problems
-
-    def prepare(self: Pipeline, *args: object, **kwargs: object) -> object:
-        state = original_prepare(self, *args, **kwargs)  # type: ignore[arg-type]
-        events.append("taken over")
-        return state
-
-    def loop(self: Pipeline, *args: object) -> bool:
-        events.append("reading")
-        return original_loop(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(preflight, "require_channel", slow_checks)
-    monkeypatch.setattr(Pipeline, "_prepare", prepare)
-    monkeypatch.setattr(Pipeline, "_loop", loop)
-    with sandbox.source.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {db}")
-        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
-        dc = make_channel(sandbox.dc, sandbox.source, unique_name, allow=(f"{db}.*",))
-        cur.execute(f"INSERT INTO {db}.t VALUES (1)")
-        conn.commit()
-
-    fatal.append("The source server is not ready for gate (1 problem(s)): a test's problem")
-    with ThreadPoolExecutor(1) as pool, pytest.raises(PreflightFailed, match="a test's problem"):
-        pool.submit(Pipeline(dc, unique_name).run).result(timeout=60)  # run() would take the main thread's signals
-    assert events == ["checks begin", "taken over", "checks end"]
-    with sandbox.dc.connect(unique_name) as dconn, dconn.cursor() as cur:
-        cur.execute("SELECT (SELECT COUNT(*) FROM transfer_data), id, tid FROM transfer_checkpoint")
-        assert cur.fetchall() == ((0, 0, 0),)
-
-    events.clear()
-    fatal.clear()
-    pipeline = Pipeline(dc, unique_name)
-    runner = threading.Thread(target=pipeline.run, daemon=True)
-    runner.start()
-    try:
-        wait_caught_up(sandbox.source, sandbox.dc, unique_name)
-    finally:
-        pipeline.stop()
-        runner.join(60)
-    assert events == ["checks begin", "taken over", "checks end", "reading"]
-    assert [(r[0], r[1], r[6], json.loads(r[7])) for r in dc_rows(sandbox.dc, unique_name)] == [
-        (1, 1, "INSERT", {"NEW": [{"id": "1"}]})]
 
 
 def test_start_up_takes_two_round_trips_to_the_dc_and_one_to_the_source_after_connecting(

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TypeVar
@@ -629,16 +629,25 @@ class Pipeline:
             self._snapshots_waiting = start.snapshots_waiting
             rule_keys(settings.columns)  # a hash rule's key missing from the environment: refuse to start
             self._serve_metrics(settings)
-            checks: Future[None] | None = None
-            if self.preflight:  # its round trips to the source run while the DC is taken over; nothing is read before
-                checking = ThreadPoolExecutor(1, thread_name_prefix="gate-preflight")
-                checks = checking.submit(self._preflight, settings)
-                checking.shutdown(wait=False)
+            if self.preflight:
+                from gate.admin.catalog import cascade_problems
+                from gate.admin.preflight import require_channel
+
+                try:
+                    problems = require_channel(settings)
+                    if not any(p.setting == f"the source {settings.source.address}" for p in problems):
+                        problems += cascade_problems(settings)[1]  # the source answers
+                except GateError:
+                    if not self._stopping.is_set():
+                        raise
+                    problems = []  # a stop signal came while the checks waited: stopping matters now
+                for problem in problems:
+                    log.warning("preflight: %s", problem)
             if self._stopping.is_set():
                 log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
                 return self.stats
             try:
-                self._run_source(settings, start, checks)
+                self._run_source(settings, start)
                 return self.stats
             except SourceDown as exc:
                 if settings.standby is None or self._stopping.is_set():
@@ -648,24 +657,6 @@ class Pipeline:
                 state = self._prepare(settings, self._start_reads())  # the standby rewrites the rows above the checkpoint
                 plan_switch(self._ctl_conn(), settings, state, self._origin_server_id(), str(exc))
                 self.metrics.failovers += 1
-
-    def _preflight(self, settings: ChannelSettings) -> None:
-        """``gate run``'s checks of the source and the standby (over a 300 ms link some 11 round trips, 3.3 s):
-        a fatal problem raises, the others are logged. A stop signal that comes while they wait wins over
-        their errors."""
-        from gate.admin.catalog import cascade_problems
-        from gate.admin.preflight import require_channel
-
-        try:
-            problems = require_channel(settings)
-            if not any(p.setting == f"the source {settings.source.address}" for p in problems):
-                problems += cascade_problems(settings)[1]  # the source answers
-        except GateError:
-            if not self._stopping.is_set():
-                raise
-            problems = []  # a stop signal came while the checks waited: stopping matters now
-        for problem in problems:
-            log.warning("preflight: %s", problem)
 
     def _origin_server_id(self) -> int:
         """The source's server_id as recorded at the last start (fingerprints need it after its death)."""
@@ -711,9 +702,7 @@ class Pipeline:
             return None
         return server_id
 
-    def _run_source(self, settings: ChannelSettings, start: StartReads, checks: Future[None] | None = None) -> None:
-        """Capture ``settings.source`` from ``start``'s position until stopped; ``checks`` (the preflight, running)
-        must pass before anything is read."""
+    def _run_source(self, settings: ChannelSettings, start: StartReads) -> None:
         source = settings.source
         defaults = settings.defaults
         self._on_rows_without_events = defaults.on_rows_without_events
@@ -759,11 +748,6 @@ class Pipeline:
                 except (ConnectionFailed, pymysql.err.MySQLError):
                     if settings.standby is None:
                         raise  # else the reader retries, and the channel fails over if the source stays down
-            if checks is not None:
-                checks.result()  # a fatal problem stops gate here: the stream is discarded unread
-                if self._stopping.is_set():
-                    log.info("channel %s stopped during its start-up checks; nothing was read", self.channel)
-                    return
             closing = not_started.pop_all()  # from here on _finish closes the children, the end the Deduper's connection
         sequencer = Sequencer(state.id, state.tid, source.address)
         checkpointer = Checkpointer(self.channel, state, defaults.checkpoint_interval_ms / 1000,

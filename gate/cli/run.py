@@ -48,9 +48,8 @@ def run(app: App, channel: str, no_check: bool, metrics_port: int | None, metric
     second one stops at once with exit status 1, and the next run rewrites what was in flight.
     Logs go to stdout, one line per event.
 
-    First the preflight checks the source and the standby (which must replicate from the source),
-    while gate takes the channel over in the DC; nothing is read before it has passed. With a
-    standby, a server that cannot be reached is only a warning. While it runs, gate samples
+    First the preflight checks the source and the standby (which must replicate from the source);
+    with a standby, a server that cannot be reached is only a warning. While it runs, gate samples
     the standby every standby_sample_seconds; when the source stays unreachable for
     failover_after_seconds, it switches to the standby and goes on there.
 
