@@ -67,12 +67,25 @@ class LinkProxy:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # 40 ms delayed ACK) is no part of a link
             with self._lock:
                 self._sockets += [client, server]
+            left = [4]  # the connection's threads still running: the last one to end closes its sockets
             for pair in ((client, server), (server, client)):
                 line = _Line()
-                threading.Thread(target=self._pump, args=(pair[0], line), daemon=True).start()
-                threading.Thread(target=self._deliver, args=(line, *pair), daemon=True).start()
+                threading.Thread(target=self._pump, args=(pair[0], line, (client, server), left), daemon=True).start()
+                threading.Thread(target=self._deliver, args=(line, *pair, left), daemon=True).start()
 
-    def _pump(self, source: socket.socket, line: _Line) -> None:
+    def _ended(self, pair: tuple[socket.socket, socket.socket], left: list[int]) -> None:
+        """One of a connection's four threads has ended; after the last, its sockets are closed and forgotten
+        (a long run through the proxy, with many connections, would gather their descriptors)."""
+        with self._lock:
+            left[0] -= 1
+            if left[0]:
+                return
+            self._sockets = [sock for sock in self._sockets if sock not in pair]
+        for sock in pair:
+            sock.close()
+
+    def _pump(self, source: socket.socket, line: _Line, pair: tuple[socket.socket, socket.socket],
+              left: list[int]) -> None:
         """Read what ``source`` sends onto ``line``, each piece due ``delay`` seconds later."""
         try:
             while True:
@@ -86,8 +99,9 @@ class LinkProxy:
         except OSError:
             pass
         line.put(0.0, b"")  # the end: after what is on the line
+        self._ended(pair, left)
 
-    def _deliver(self, line: _Line, source: socket.socket, sink: socket.socket) -> None:
+    def _deliver(self, line: _Line, source: socket.socket, sink: socket.socket, left: list[int]) -> None:
         """Send what is on ``line`` to ``sink`` in order, each piece when it is due; at its end close both ways."""
         try:
             while True:
@@ -106,6 +120,7 @@ class LinkProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self._ended((source, sink), left)
 
 
 class _Line:
