@@ -608,7 +608,8 @@ def test_gate_run_checks_the_standby(sandbox: Sandbox, unique_name: str) -> None
                                         "  - replication is not set up (SHOW SLAVE STATUS is empty)")
     gone, gone_too = ServerConfig("127.0.0.1", free_port()), ServerConfig("127.0.0.1", free_port())
     # with a standby, a server that does not answer is a warning; without one, an error
-    warnings = require_channel(ChannelSettings(unique_name, gone, gone_too, server_id=4242))
+    warnings, found = require_channel(ChannelSettings(unique_name, gone, gone_too, server_id=4242), [("SELECT 1", ())])
+    assert found == [[]]  # the source's answers to the caller's queries: none, it did not answer
     assert [(w.setting, w.found, w.fatal) for w in warnings] == [
         (f"the source {gone.address}", "unreachable", False), (f"the standby {gone_too.address}", "unreachable", False)]
     assert warnings[0].fix.endswith("Meanwhile gate fails over to the standby if it stays down.")

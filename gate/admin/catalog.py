@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pymysql
 
@@ -140,26 +141,36 @@ def snapshot_refusals(source: ServerConfig, channel: str, tables: Sequence[Table
 _CASCADING = ("CASCADE", "SET NULL", "SET DEFAULT")
 
 
-def cascading_foreign_keys(settings: ChannelSettings) -> list[dict[str, str]]:
-    """The source's foreign keys whose child table the channel captures and that change it on their own
-    (ON DELETE / ON UPDATE CASCADE, SET NULL or SET DEFAULT, from information_schema.REFERENTIAL_CONSTRAINTS):
-    InnoDB writes no row events for the child rows a cascade changes or deletes. By child, then name."""
-    captures = TableFilter(settings.allow, settings.deny)
+def cascade_query() -> tuple[str, tuple[str, ...]]:
+    """The source's foreign keys that change their child table on their own (ON DELETE / ON UPDATE CASCADE, SET
+    NULL or SET DEFAULT, from information_schema.REFERENTIAL_CONSTRAINTS), outside the system schemas."""
     rules = ", ".join(["%s"] * len(_CASCADING))
-    with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
-        cur.execute("SELECT constraint_schema, table_name, constraint_name, unique_constraint_schema, "
-                    "referenced_table_name, delete_rule, update_rule FROM information_schema.referential_constraints "
-                    f"WHERE (delete_rule IN ({rules}) OR update_rule IN ({rules})) AND constraint_schema NOT IN "
-                    f"({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", (*_CASCADING, *_CASCADING, *SYSTEM_SCHEMAS))
-        found = sorted(cur.fetchall())
+    return ("SELECT constraint_schema, table_name, constraint_name, unique_constraint_schema, referenced_table_name, "
+            "delete_rule, update_rule FROM information_schema.referential_constraints "
+            f"WHERE (delete_rule IN ({rules}) OR update_rule IN ({rules})) AND constraint_schema NOT IN "
+            f"({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", (*_CASCADING, *_CASCADING, *SYSTEM_SCHEMAS))
+
+
+def cascading_foreign_keys(settings: ChannelSettings, found: Sequence[tuple[Any, ...]] | None = None
+                           ) -> list[dict[str, str]]:
+    """The source's foreign keys whose child table the channel captures and that change it on their own
+    (:func:`cascade_query`, asked now unless ``found`` holds its rows): InnoDB writes no row events for the
+    child rows a cascade changes or deletes. By child, then name."""
+    if found is None:
+        with dc.connect(settings.source, "source") as conn, conn.cursor() as cur:
+            cur.execute(*cascade_query())
+            found = list(cur.fetchall())
+    captures = TableFilter(settings.allow, settings.deny)
     return [{"child": f"{db}.{table}", "parent": f"{parent_db}.{parent}", "constraint": name,
              "on_delete": on_delete, "on_update": on_update}
-            for db, table, name, parent_db, parent, on_delete, on_update in found if captures.passes(db, table)]
+            for db, table, name, parent_db, parent, on_delete, on_update in sorted(found)
+            if captures.passes(db, table)]
 
 
-def cascade_problems(settings: ChannelSettings) -> tuple[list[dict[str, str]], list[Problem]]:
+def cascade_problems(settings: ChannelSettings, found: Sequence[tuple[Any, ...]] | None = None
+                     ) -> tuple[list[dict[str, str]], list[Problem]]:
     """:func:`cascading_foreign_keys`, and a warning for each: the child table will diverge in the DC."""
-    keys = cascading_foreign_keys(settings)
+    keys = cascading_foreign_keys(settings, found)
     problems = []
     for key in keys:
         child, parent = key["child"], key["parent"]

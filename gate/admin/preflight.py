@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
+from pymysql.constants import CLIENT
 
 from gate.common.config import ServerConfig
-from gate.common.connection import tls_status
-from gate.common.dc import ChannelSettings, connect, one_row
+from gate.common.connection import set_names, tls_status
+from gate.common.dc import ChannelSettings, connect, one_row, read_named_together
 from gate.common.errors import ConnectionFailed, PreflightFailed, UnsupportedServer
 from gate.common.retry import refusals
 from gate.common.server import TESTED, is_mariadb, unsupported
@@ -28,7 +28,15 @@ from gate.common.server import TESTED, is_mariadb, unsupported
 _DYNAMIC = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
 _GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ")
 _ER_SPECIFIC_ACCESS_DENIED = 1227
+_ER_PARSE_ERROR = 1064
+_REFUSED = frozenset({_ER_SPECIFIC_ACCESS_DENIED, _ER_PARSE_ERROR})  # a statement refused to gate's account, or one
+# the server does not know (MySQL 8.4 has no SHOW MASTER STATUS): such a server is refused as not MariaDB anyway
 CHECK_TIMEOUT = 10.0  # seconds a check waits for each answer: a server that accepts but never answers fails it
+Query = tuple[str, tuple[Any, ...]]  # SQL and its arguments
+Rows = list[tuple[Any, ...]]
+Answer = tuple[list[str], Rows] | None  # a statement's column names and rows; None: the server refused it
+_VARIABLES = ("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', 'binlog_row_image', "
+              "'binlog_row_metadata', 'log_slave_updates', 'server_id', 'version', 'version_comment')")
 
 
 @dataclass(frozen=True)
@@ -52,61 +60,123 @@ def check_server(server: ServerConfig, gate_server_id: int | None, role: str = "
     ``gate_server_id`` None skips the server_id checks (``gate check-source`` without --server-id).
     ``replicates_from``, for a standby: the channel's source, which it must replicate from.
     """
-    with connect(server, role, read_timeout=CHECK_TIMEOUT) as conn, conn.cursor() as cur:
-        cur.execute(
-            "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
-            "('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'log_slave_updates', "
-            "'server_id', 'version', 'version_comment')"
-        )
-        found = {name: str(value) for name, value in cur.fetchall()}
-        cur.execute("SELECT CURRENT_USER()")
-        account = _account(one_row(cur)[0])
-        cur.execute("SHOW GRANTS FOR CURRENT_USER")
-        granted = _global_privileges(row[0] for row in cur.fetchall())
-        replicas = _replica_ids(cur) if gate_server_id is not None else []
-        mariadb = "MariaDB" in found.get("version", "")
-        replication = (_replication_problems(cur, replicates_from, account, mariadb)
-                       if role == "standby" and replicates_from is not None else [])
-        if role == "source" and found.get("log_slave_updates") != "ON":
-            replication = _upstream_problems(cur, account, mariadb)
-        filters = _binlog_status(cur)
+    return _check(server, gate_server_id, role, replicates_from, [])[0]
+
+
+@dataclass(frozen=True)
+class _Answers:
+    """What the checks read of a server: its variables, gate's account and its privileges on *.*, the connected
+    replicas (None: not listed to this account), what its replication says, its binlog filters (SHOW MASTER
+    STATUS), and the rows of the caller's own queries."""
+
+    found: dict[str, str]
+    account: str
+    granted: set[str]
+    replicas: list[tuple[int, str]] | None
+    replication: list[Problem]
+    filters: dict[str, Any]
+    also: list[Rows]
+
+
+def _check(server: ServerConfig, gate_server_id: int | None, role: str, replicates_from: ServerConfig | None,
+           also: list[Query]) -> tuple[list[Problem], list[Rows]]:
+    """:func:`check_server`, with ``also`` (the caller's queries to the same server) answered in the same round
+    trip: the problems, and the rows of each of ``also``."""
+    answers = _asked(server, gate_server_id is not None, role, replicates_from, also)
+    found = answers.found
     problems = _server_problems(found, role, server.address)
-    problems += _variable_problems(found, role) + _filter_problems(filters)
-    problems += _privilege_problems(granted, account, mariadb)
+    problems += _variable_problems(found, role) + _filter_problems(answers.filters)
+    problems += _privilege_problems(answers.granted, answers.account, "MariaDB" in found.get("version", ""))
     if gate_server_id is not None:
-        problems += _server_id_problems(int(found["server_id"]), gate_server_id, replicas, account)
-    return problems + replication
+        problems += _server_id_problems(int(found["server_id"]), gate_server_id, answers.replicas, answers.account)
+    return problems + answers.replication, answers.also
+
+
+def _asked(server: ServerConfig, replicas: bool, role: str, replicates_from: ServerConfig | None,
+           also: list[Query]) -> _Answers:
+    """The checks' statements and ``also`` in one round trip after the login: over a slow link each round trip
+    counts. A statement the server refuses gate's account (a privilege missing) costs a round trip more and is
+    a problem of its own. The replication statement is asked whatever the variables say, and read only when
+    they call for it."""
+    standby = role == "standby" and replicates_from is not None
+    replication = "SHOW SLAVE STATUS" if standby else "SHOW ALL SLAVES STATUS" if role == "source" else ""
+    with connect(server, role, read_timeout=CHECK_TIMEOUT, client_flag=CLIENT.MULTI_STATEMENTS,
+                 names_later=True) as conn:
+        _names, variables, user, grants, *rest = read_named_together(conn, [
+            (set_names(conn), ()), (_VARIABLES, ()), ("SELECT CURRENT_USER()", ()),
+            ("SHOW GRANTS FOR CURRENT_USER", ()), *also, ("SHOW MASTER STATUS", ()),
+            *([("SHOW SLAVE HOSTS", ())] if replicas else []), *([(replication, ())] if replication else [])],
+            skipped=_REFUSED)
+    found = {str(name): str(value) for name, value in _answered(variables)[1]}
+    account, mariadb = _account(_answered(user)[1][0][0]), "MariaDB" in found.get("version", "")
+    answered = [_answered(answer)[1] for answer in rest[:len(also)]]
+    master, *rest = rest[len(also):]
+    hosts = _replicas(rest.pop(0)) if replicas else []
+    problems: list[Problem] = []
+    if standby:
+        assert replicates_from is not None
+        problems = _replication_problems(_named(rest.pop(0)), replicates_from, account, mariadb)
+    elif replication and found.get("log_slave_updates") != "ON":
+        problems = _upstream_problems(_named(rest.pop(0)), account, mariadb)
+    status = _named(master) or [{}]  # an account without BINLOG MONITOR: a problem of its own
+    return _Answers(found, account, _global_privileges(row[0] for row in _answered(grants)[1]), hosts, problems,
+                    status[0], answered)
+
+
+def _answered(answer: Answer) -> tuple[list[str], Rows]:
+    """The answer of a statement the server does not refuse anyone."""
+    assert answer is not None
+    return answer
+
+
+def _named(answer: Answer) -> list[dict[str, Any]] | None:
+    """The rows of an answer as dicts by column name; None for a statement the server refused."""
+    return None if answer is None else [dict(zip(answer[0], row)) for row in answer[1]]
 
 
 def require_server(server: ServerConfig, gate_server_id: int | None, role: str = "source",
                    replicates_from: ServerConfig | None = None) -> list[Problem]:
     """Raise PreflightFailed listing every fatal problem (UnsupportedServer for a server that is not MariaDB);
     return the non-fatal ones (warnings)."""
-    problems = check_server(server, gate_server_id, role, replicates_from)
+    return _required(server, gate_server_id, role, replicates_from, [])[0]
+
+
+def _required(server: ServerConfig, gate_server_id: int | None, role: str, replicates_from: ServerConfig | None,
+              also: list[Query]) -> tuple[list[Problem], list[Rows]]:
+    """:func:`require_server`, with the rows of ``also`` (see :func:`_check`)."""
+    problems, rows = _check(server, gate_server_id, role, replicates_from, also)
     for problem in problems:
         if problem.setting == "server":
             raise UnsupportedServer(problem.fix)
     fatal = [p for p in problems if p.fatal]
     if fatal:
         raise PreflightFailed(describe_failure(server.address, role, fatal))
-    return problems
+    return problems, rows
 
 
-def require_channel(settings: ChannelSettings) -> list[Problem]:
+def require_channel(settings: ChannelSettings, also: list[Query] | None = None) -> tuple[list[Problem], list[Rows]]:
     """``gate run``'s preflight: the source, and the standby with its replication from the source.
 
-    Raises PreflightFailed for a fatal problem and returns the warnings. With a standby, a server that
-    cannot be reached is a warning: gate switches to the standby if the source stays unreachable for
-    failover_after_seconds, and without its standby gate captures the source but cannot fail over.
+    Raises PreflightFailed for a fatal problem and returns the warnings, with the rows of ``also``: queries
+    to the source, asked in the same round trip as its checks (empty when it cannot be reached). With a
+    standby, a server that cannot be reached is a warning: gate switches to the standby if the source stays
+    unreachable for failover_after_seconds, and without its standby gate captures the source but cannot fail
+    over.
     """
     servers: list[tuple[str, ServerConfig, ServerConfig | None]] = [("source", settings.source, None)]
     if settings.standby is not None:
         servers.append(("standby", settings.standby, settings.source))
     warnings: list[Problem] = []
+    asked = also or []
+    rows: list[Rows] = [[] for _ in asked]
     for role, server, replicates_from in servers:
         try:
             with refusals(role, server, "gate's preflight checks"):
-                warnings += require_server(server, settings.server_id, role, replicates_from)
+                found, answers = _required(server, settings.server_id, role, replicates_from,
+                                           asked if role == "source" else [])
+                warnings += found
+                if role == "source":
+                    rows = answers
         except ConnectionFailed as exc:  # a server that refuses gate (ServerRefused) stops it, standby or not
             if settings.standby is None:
                 raise
@@ -114,7 +184,7 @@ def require_channel(settings: ChannelSettings) -> list[Problem]:
                            else "gate cannot fail over until it is back")
             warnings.append(Problem(f"the {role} {server.address}", "unreachable", "a server that answers",
                                     f"{exc} Meanwhile {consequence}.", fatal=False))
-    return warnings
+    return warnings, rows
 
 
 def tls_report(server: ServerConfig, role: str) -> dict[str, Any]:
@@ -157,15 +227,10 @@ def _global_privileges(grants: Iterable[str]) -> set[str]:
     return privileges
 
 
-def _replica_ids(cur: pymysql.cursors.Cursor) -> list[tuple[int, str]] | None:
-    """(server_id, host:port) of the replicas connected now; None when the account may not list them."""
-    try:
-        cur.execute("SHOW SLAVE HOSTS")
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] == _ER_SPECIFIC_ACCESS_DENIED:
-            return None
-        raise
-    return [(int(row[0]), f"{row[1]}:{row[2]}") for row in cur.fetchall()]
+def _replicas(answer: Answer) -> list[tuple[int, str]] | None:
+    """(server_id, host:port) of the replicas connected now (SHOW SLAVE HOSTS); None when the account may not
+    list them."""
+    return None if answer is None else [(int(row[0]), f"{row[1]}:{row[2]}") for row in answer[1]]
 
 
 def _server_problems(found: dict[str, str], role: str, address: str) -> list[Problem]:
@@ -206,19 +271,6 @@ def _variable_problems(found: dict[str, str], role: str) -> list[Problem]:
     return problems
 
 
-def _binlog_status(cur: pymysql.cursors.Cursor) -> dict[str, Any]:
-    """SHOW MASTER STATUS as a dict; empty without binary logging, or for an account without BINLOG MONITOR
-    (a problem of its own)."""
-    try:
-        cur.execute("SHOW MASTER STATUS")
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
-            raise
-        return {}
-    row = cur.fetchone()
-    return dict(zip((d[0] for d in cur.description), row)) if row else {}
-
-
 def _filter_problems(status: dict[str, Any]) -> list[Problem]:
     """binlog_do_db and binlog_ignore_db (SHOW MASTER STATUS): the changes they filter out never reach gate."""
     return [Problem(
@@ -229,22 +281,18 @@ def _filter_problems(status: dict[str, Any]) -> list[Problem]:
         if status.get(column)]
 
 
-def _replication_problems(cur: pymysql.cursors.Cursor, source: ServerConfig, account: str,
+def _replication_problems(statuses: list[dict[str, Any]] | None, source: ServerConfig, account: str,
                           mariadb: bool) -> list[Problem]:
-    """A standby replicates from the channel's source (SHOW SLAVE STATUS), with both threads running."""
-    try:
-        cur.execute("SHOW SLAVE STATUS")
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
-            raise
+    """A standby replicates from the channel's source (SHOW SLAVE STATUS: ``statuses``, None when refused to
+    gate's account), with both threads running."""
+    if statuses is None:
         monitor = "SLAVE MONITOR" if mariadb else "REPLICATION CLIENT"
         return [Problem(
             "SHOW SLAVE STATUS", f"denied to {account}", f"it to see that the standby replicates from {source.address}",
             f"GRANT {monitor} ON *.* TO {account}; or make sure yourself that the standby replicates from "
             f"{source.address}.", fatal=False,
         )]
-    row = cur.fetchone()
-    status = dict(zip((d[0] for d in cur.description), row)) if row else None
+    status = statuses[0] if statuses else None
     gtid = "MASTER_USE_GTID=slave_pos" if mariadb else "MASTER_AUTO_POSITION=1"
     fix = (f"on the standby, STOP SLAVE; CHANGE MASTER TO MASTER_HOST='{source.host}', MASTER_PORT={source.port}, "
            f"MASTER_USER='...', MASTER_PASSWORD='...', {gtid}; START SLAVE; or make a replica of the source the "
@@ -265,22 +313,18 @@ def _replication_problems(cur: pymysql.cursors.Cursor, source: ServerConfig, acc
     return []
 
 
-def _upstream_problems(cur: pymysql.cursors.Cursor, account: str, mariadb: bool) -> list[Problem]:
-    """A source without log_slave_updates must not be a replica: what it replicates is not in its binlog."""
-    try:
-        cur.execute("SHOW ALL SLAVES STATUS" if mariadb else "SHOW SLAVE STATUS")
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] != _ER_SPECIFIC_ACCESS_DENIED:
-            raise
-        monitor = "SLAVE MONITOR" if mariadb else "REPLICATION CLIENT"
+def _upstream_problems(statuses: list[dict[str, Any]] | None, account: str, mariadb: bool) -> list[Problem]:
+    """A source without log_slave_updates must not be a replica: what it replicates is not in its binlog (SHOW
+    ALL SLAVES STATUS: ``statuses``, None when refused to gate's account)."""
+    if statuses is None:
+        if not mariadb:
+            return []  # a statement this server does not know; it is refused as not MariaDB
         return [Problem(
             "SHOW SLAVE STATUS", f"denied to {account}", "it to see whether the source is itself a replica",
-            f"GRANT {monitor} ON *.* TO {account}; or make sure yourself that the source replicates from no "
+            f"GRANT SLAVE MONITOR ON *.* TO {account}; or make sure yourself that the source replicates from no "
             "server, or has log_slave_updates ON.", fatal=False,
         )]
-    columns = [d[0] for d in cur.description]
-    upstreams = [f"{status['Master_Host']}:{status['Master_Port']}"
-                 for status in (dict(zip(columns, row)) for row in cur.fetchall())]
+    upstreams = [f"{status['Master_Host']}:{status['Master_Port']}" for status in statuses]
     if not upstreams:
         return []
     return [Problem(

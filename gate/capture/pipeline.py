@@ -630,13 +630,13 @@ class Pipeline:
             rule_keys(settings.columns)  # a hash rule's key missing from the environment: refuse to start
             self._serve_metrics(settings)
             if self.preflight:
-                from gate.admin.catalog import cascade_problems
+                from gate.admin.catalog import cascade_problems, cascade_query
                 from gate.admin.preflight import require_channel
 
-                try:
-                    problems = require_channel(settings)
+                try:  # the source's checks and its cascading foreign keys in one round trip after its login
+                    problems, (cascades,) = require_channel(settings, [cascade_query()])
                     if not any(p.setting == f"the source {settings.source.address}" for p in problems):
-                        problems += cascade_problems(settings)[1]  # the source answers
+                        problems += cascade_problems(settings, cascades)[1]  # the source answers
                 except GateError:
                     if not self._stopping.is_set():
                         raise

@@ -276,12 +276,27 @@ def unfinished_message(name: str) -> str:
 def read_together(conn: pymysql.Connection, queries: list[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
     """The rows of each query (SQL and its arguments), the queries sent as one multi-statement query: one round
     trip (``conn`` is opened with CLIENT.MULTI_STATEMENTS). The server stops at the first error, raised here."""
-    results: list[list[tuple[Any, ...]]] = []
+    return [answer[1] for answer in read_named_together(conn, queries) if answer is not None]
+
+
+def read_named_together(conn: pymysql.Connection, queries: list[tuple[str, tuple[Any, ...]]],
+                        skipped: frozenset[int] = frozenset()) -> list[tuple[list[str], list[tuple[Any, ...]]] | None]:
+    """:func:`read_together`, each query's rows with the names of their columns (none for a statement that
+    returns no rows). A query that fails with an error number of ``skipped`` (a privilege missing) answers None,
+    and the server having stopped there, the queries after it are sent again together: a round trip more."""
+    results: list[tuple[list[str], list[tuple[Any, ...]]] | None] = []
     with conn.cursor() as cur:
-        cur.execute(";".join(cur.mogrify(sql, args) for sql, args in queries))
-        results.append(list(cur.fetchall()))
-        while cur.nextset():
-            results.append(list(cur.fetchall()))
+        while len(results) < len(queries):
+            try:
+                cur.execute(";".join(cur.mogrify(sql, args) for sql, args in queries[len(results):]))
+                while True:
+                    results.append(([d[0] for d in cur.description or ()], list(cur.fetchall())))
+                    if not cur.nextset():
+                        break
+            except pymysql.err.MySQLError as exc:
+                if not exc.args or exc.args[0] not in skipped:
+                    raise
+                results.append(None)
     return results
 
 
