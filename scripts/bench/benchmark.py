@@ -203,14 +203,17 @@ def drop_channel(dc: MariaDBServer, name: str) -> None:
 
 
 class GateProcess:
-    """scripts/bench/gate_runner.py for one channel, with its tree monitored."""
+    """scripts/bench/gate_runner.py for one channel, with its tree monitored; without gate run's preflight
+    unless ``preflight`` (--preflight) is set."""
+
+    preflight = False
 
     def __init__(self, dc: MariaDBServer, channel: str, workdir: Path, profile_dir: Path | None = None,
                  py_spy: Path | None = None, dc_port: int | None = None, sink_dir: Path | None = None) -> None:
         self.stamp = workdir / f"{channel}.stamp"
         self.log = workdir / f"{channel}.log"
         cmd = [sys.executable, str(RUNNER), "--dc-port", str(dc_port or dc.port), "--channel", channel,
-               "--stamp", str(self.stamp), "--no-preflight"]
+               "--stamp", str(self.stamp), *([] if self.preflight else ["--no-preflight"])]
         if dc.tls.ca:
             cmd += ["--dc-tls-ca", dc.tls.ca]
         if profile_dir is not None:
@@ -699,10 +702,14 @@ def main() -> int:
                              "to the DC, through a proxy; rates printed as ratios of the 0 ms run through it")
     parser.add_argument("--source-latency", metavar="MS[,MS...]",
                         help="the same with the latency on the link to the source")
+    parser.add_argument("--preflight", action="store_true",
+                        help="start gate with its preflight (the checks of the source 'gate run' makes first), "
+                             "which the figures leave out by default")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, profiles)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args()
     quick = args.quick
+    GateProcess.preflight = args.preflight
     rows = {"a": args.rows or (20_000 if quick else 200_000),
             "b": args.mixed_rows or (10_000 if quick else 100_000),
             "c": args.big_rows or (100_000 if quick else 1_000_000)}
@@ -719,7 +726,7 @@ def main() -> int:
             "python": platform.python_version(), "quick": quick, "sizes": rows, "lag_seconds": lag_seconds,
             "lag_rate": args.lag_rate, "writers": defaults.writers, "decoders": defaults.decoders,
             "batch_rows": defaults.batch_rows,
-            "checkpoint_interval_ms": defaults.checkpoint_interval_ms,
+            "checkpoint_interval_ms": defaults.checkpoint_interval_ms, "preflight": args.preflight,
             "loadavg_start": os.getloadavg(),
             "workdir": str(workdir),
         },
