@@ -624,27 +624,29 @@ def latency_report(results: dict[str, Any]) -> str:
     """gate's rows/s over links with added latency, as ratios of the 0 ms run through the same proxies: of the
     whole run, and of its steady part (between 10 % and 90 % of the rows) by the checkpoint and by the rows landed
     in transfer_data (which a single large transaction's checkpoint does not show); and the whole run's extra
-    seconds over the 0 ms run, also counted in round trips of the link (the fixed cost of start-up and end)."""
+    seconds over the 0 ms run, also counted in round trips of the link (the fixed cost of start-up and end).
+
+    The target (at least 0.9 of the 0 ms rate on a and c, 0.8 on b) is judged on the steady rate: by the
+    checkpoint, by the rows landed for c. A whole run also pays round trips of start-up and end once (see
+    docs/benchmark.md, "Links with latency")."""
     targets = {"a": 0.9, "b": 0.8, "c": 0.9}
-    lines = ["workload                         link, RTT added    rows/s  of 0 ms  target      steady of 0 ms  "
-             "landed steady  extra s  round trips  first checkpoint s  same DC rows"]
+    lines = ["workload                         link, RTT added    rows/s  whole of 0 ms  steady of 0 ms  "
+             "landed steady  target      extra s  round trips  first checkpoint s  same DC rows"]
     for key, r in results["workloads"].items():
         runs = r.get("latency") or {}
         zero = next((run for name, run in runs.items() if name.startswith("none")), None)
         for name, run in runs.items():
             rtt = int(name.split()[1]) / 1000
-            target = "" if not rtt else f">= {targets[key]}"
-            steady = run["steady_ratio_to_0ms"]
-            verdict = "" if not rtt else ("PASS" if run["ratio_to_0ms"] >= targets[key] else "FAIL")
-            steady_text = "" if steady is None else f"{steady:.2f}" + (
-                "" if not rtt else " PASS" if steady >= targets[key] else " FAIL")
-            landed = run.get("landed_steady_ratio_to_0ms")
-            landed_text = "" if landed is None or not rtt else f"{landed:.2f}"
+            steady, landed = run["steady_ratio_to_0ms"], run.get("landed_steady_ratio_to_0ms")
+            judged = steady if steady is not None else landed
+            target = "" if not rtt or judged is None else (
+                f">= {targets[key]} " + ("PASS" if judged >= targets[key] else "FAIL"))
             extra = run.get("extra_s", run["seconds"] - zero["seconds"] if zero is not None else 0.0)
-            trips = f"{extra / rtt:.1f}" if rtt else ""
-            lines.append(f"{r['workload']:<32} {name:<16} {run['rows_per_s']:>9,.0f} {run['ratio_to_0ms']:>8.2f}  "
-                         f"{target:<6} {verdict:<4} {steady_text:>14}  {landed_text:>13}  {extra:>7.2f}  {trips:>11}  "
-                         f"{run['startup_s'] or 0:>18.2f}  {run['same_rows']}")
+            lines.append(f"{r['workload']:<32} {name:<16} {run['rows_per_s']:>9,.0f} {run['ratio_to_0ms']:>14.2f}  "
+                         f"{'' if steady is None else f'{steady:.2f}':>14}  "
+                         f"{'' if landed is None or not rtt else f'{landed:.2f}':>13}  {target:<11} {extra:>7.2f}  "
+                         f"{f'{extra / rtt:.1f}' if rtt else '':>11}  {run['startup_s'] or 0:>18.2f}  "
+                         f"{run['same_rows']}")
     for name, lag in (results.get("lag_latency") or {}).items():
         bound = lag["rtt_added_ms"] / 1000 + 1
         lines.append(f"lag at {lag['source_rows_per_s']:,.0f} rows/s, {name}: p50 {lag['lag_p50_s']:.3f} s, p99 "
