@@ -46,7 +46,8 @@ LANE_SPAN = 0.025  # seconds of round trip to the DC per extra connection of a w
 MAX_LANES = 3  # connections per writer at most: a free lane takes the chunks waiting (GROUP_ROWS), so more only
 # contend in the DC: each is one more transaction inserting at the end of transfer_data's key at once, and the DC
 # server's CPU per row grows with them (1,000,000 rows at 100 ms: workload a 15.7 us a row with 5 lanes a writer,
-# 14.1 with 3; c 13.1 and 11.0), on a machine where the DC server's CPU is the rate
+# 14.1 with 3; c 13.1 and 11.0), on a machine where the DC server's CPU is the rate (a DC with an 8 MB redo log;
+# with 256 MB that growth is small, and at 300 ms the rows in flight bound the rate: docs/benchmark.md)
 QUEUED_PER_LANE = 4  # chunks waiting for each writer, per lane of it: with fewer lanes, larger groups keep the rate
 GROUP_ROWS = 10_000  # rows of chunks already waiting that a lane coming free takes into one transaction, at most
 QUEUED_WAIT = 0.05  # seconds a lane waits for a chunk counted as queued that is not through the pipe yet

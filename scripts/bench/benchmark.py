@@ -572,14 +572,12 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
     for name, runs in rounds.items():
         ordered = sorted(runs, key=lambda r: (r["ratio_to_0ms"], r["rows_per_s"]))
         run = dict(ordered[len(ordered) // 2])
-        for steady in ("steady_ratio_to_0ms", "landed_steady_ratio_to_0ms"):
-            steadies = sorted(r[steady] for r in runs if r[steady] is not None)
-            run[steady] = steadies[len(steadies) // 2] if steadies else None
+        for steady in ("steady", "landed_steady"):
+            ratios = [r[f"{steady}_ratio_to_0ms"] for r in runs]
+            known = sorted(ratio for ratio in ratios if ratio is not None)
+            run[f"{steady}_ratio_to_0ms"] = known[len(known) // 2] if known else None
+            run[f"round_{steady}_ratios"] = [None if ratio is None else round(ratio, 3) for ratio in ratios]
         run.update(round_ratios=[round(r["ratio_to_0ms"], 3) for r in runs],
-                   round_steady_ratios=[None if r["steady_ratio_to_0ms"] is None else round(r["steady_ratio_to_0ms"], 3)
-                                        for r in runs],
-                   round_landed_steady_ratios=[None if r["landed_steady_ratio_to_0ms"] is None
-                                               else round(r["landed_steady_ratio_to_0ms"], 3) for r in runs],
                    extra_s=sorted(r["extra_s"] for r in runs)[len(runs) // 2],
                    same_rows=all(r["same_rows"] for r in runs))
         figures[name] = run
