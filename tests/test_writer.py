@@ -18,7 +18,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate.admin.status import ChannelStatus, channel_status
-from gate.capture.writer import GROUP_ROWS, INSERT, MAX_STATEMENT, _dc_session, _take, _write, insert_statements
+from gate.capture.sequencer import DCRow
+from gate.capture.writer import (
+    FAR_REACH,
+    GROUP_BYTES,
+    GROUP_ROWS,
+    INSERT,
+    MAX_STATEMENT,
+    _dc_session,
+    _take,
+    _write,
+    insert_statements,
+)
 from gate.cli import main
 from gate.common.dc import ChannelSettings, connect, create_channel
 from gate.common.errors import RowTooLarge
@@ -142,24 +153,32 @@ def test_writer_sessions_are_set_up_and_tagged_in_one_query_each(sandbox: Sandbo
 
 def test_a_lane_coming_free_takes_the_chunks_waiting_into_one_transaction() -> None:
     """Over a long round trip the lanes are busy and chunks queue: the next lane free takes them all (up to
-    GROUP_ROWS rows), whole, in their order, instead of one each (at 300 ms and 5,000 rows/s in 100-row
-    transactions the queue grew behind 26 busy lanes); a writer's end (None) ends it after what it took."""
+    GROUP_ROWS rows, FAR_REACH times that from a far DC, and GROUP_BYTES bytes of data), whole, in their order,
+    instead of one each (at 300 ms and 5,000 rows/s in 100-row transactions the queue grew behind 26 busy
+    lanes); a writer's end (None) ends it after what it took."""
     import queue
 
-    def chunk(seq: int, rows: int) -> tuple[int, list[tuple[int]]]:
-        return seq, [(seq * 100_000 + n,) for n in range(rows)]
+    def chunk(seq: int, rows: int) -> tuple[int, list[tuple[int]], int]:
+        return seq, [(seq * 100_000 + n,) for n in range(rows)], rows * 10
 
     inbox: queue.Queue[object] = queue.Queue()
     for seq in range(1, 6):
         inbox.put(chunk(seq, GROUP_ROWS // 4))
     group, last = _take(inbox)
-    assert [seq for seq, _rows in group] == [1, 2, 3, 4] and not last  # 4 chunks reach GROUP_ROWS
+    assert [seq for seq, _rows, _size in group] == [1, 2, 3, 4] and not last  # 4 chunks reach GROUP_ROWS
     assert group[2] == chunk(3, GROUP_ROWS // 4)
     inbox.put(None)
     group, last = _take(inbox)
-    assert [seq for seq, _rows in group] == [5] and last
+    assert [seq for seq, _rows, _size in group] == [5] and last
     inbox.put(None)
     assert _take(inbox) == ([], True)
+    for seq, size in enumerate([GROUP_BYTES // 2, GROUP_BYTES // 2, 1, GROUP_BYTES * 2, 1], start=6):  # wide rows
+        inbox.put((seq, [(seq,)], size))
+    assert [[seq for seq, _rows, _size in _take(inbox)[0]] for _ in range(3)] == [[6, 7], [8, 9], [10]]
+    for seq in range(11, 18):  # a lane of a writer on a far DC takes FAR_REACH times the rows
+        inbox.put(chunk(seq, GROUP_ROWS // 2))
+    group, last = _take(inbox, GROUP_ROWS * FAR_REACH)
+    assert [seq for seq, _rows, _size in group] == [11, 12, 13, 14, 15, 16] and not last
 
 
 def _put_chunks(inbox: Any, put: Any, chunks: int, rows: int) -> None:
@@ -168,7 +187,7 @@ def _put_chunks(inbox: Any, put: Any, chunks: int, rows: int) -> None:
     into the pipe, gets the interpreter only now and then (here every 20 ms)."""
     sys.setswitchinterval(0.02)
     for seq in range(1, chunks + 1):
-        inbox.put((seq, [(seq * 100_000 + n, "x" * 200) for n in range(rows)]))
+        inbox.put((seq, [(seq * 100_000 + n, "x" * 200) for n in range(rows)], rows * 200))
     put.set()  # the puts have returned; the bytes are still on their way through the pipe
     until = time.monotonic() + 2.0
     while time.monotonic() < until:
@@ -189,7 +208,7 @@ def test_chunks_still_in_the_pipe_are_taken_into_the_group(monkeypatch: pytest.M
     try:
         assert put.wait(30)
         group, last = _take(inbox)
-        assert [seq for seq, _rows in group] == [1, 2, 3, 4, 5, 6] and not last
+        assert [seq for seq, _rows, _size in group] == [1, 2, 3, 4, 5, 6] and not last
         assert group[5][1][-1] == (600_999, "x" * 200)
     finally:
         feeder.join(10)
@@ -395,7 +414,17 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
     import pymysql.connections
 
     from gate.capture.holder import SESSION_SLOTS
-    from gate.capture.writer import MAX_LANES, PACKET_QUERY, QUEUED_PER_LANE, DcLink, WriterPool, lanes_for
+    from gate.capture.writer import (
+        FAR_REACH,
+        FAR_RTT,
+        MAX_LANES,
+        PACKET_QUERY,
+        QUEUED_PER_LANE,
+        DcLink,
+        WriterPool,
+        lanes_for,
+        reach_for,
+    )
     from gate.common.dc import lock_name
 
     dc = server_config(sandbox.dc)
@@ -408,7 +437,8 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
     assert lanes_for(link.rtt) == MAX_LANES
 
     pool = WriterPool(dc, unique_name, 2, link=link)
-    assert pool.capacity == 2 * QUEUED_PER_LANE * MAX_LANES  # chunks waiting: 4 for each lane of each writer
+    assert reach_for(link.rtt) == FAR_REACH and reach_for(FAR_RTT - 0.001) == 1
+    assert pool.capacity == 2 * QUEUED_PER_LANE * MAX_LANES * FAR_REACH  # chunks waiting: 12 a lane of a writer
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and _connected(sandbox, unique_name) < 2 * MAX_LANES:
@@ -443,6 +473,54 @@ def test_with_the_control_connections_round_trip_every_lane_connects_at_once_and
             assert cur.fetchall() == ((1, '{"NEW":[{"c":"%s"}]}'),)
     finally:
         session.conn.close()
+
+
+def test_the_reader_waits_while_the_bytes_in_flight_would_pass_flight_bytes(
+        sandbox: Sandbox, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wide rows are bounded in bytes, not only in chunks: a chunk that would bring the data handed to the
+    writers and not yet committed past FLIGHT_BYTES waits for commits (here the DC holds the first chunk's
+    INSERT back), and goes once there is room; one chunk alone always goes, however large."""
+    import threading
+
+    from gate.capture import writer
+    from gate.capture.writer import WriterPool
+
+    dc = server_config(sandbox.dc)
+    with connect(dc, "DC") as conn:
+        create_channel(conn, ChannelSettings(unique_name, server_config(sandbox.source)))
+    monkeypatch.setattr(writer, "FLIGHT_BYTES", 1_500)
+
+    def chunk(first: int) -> list[DCRow]:
+        data = f'"{"x" * 398}"'
+        return [(first + n, first + n, "db", "t", "2024-05-01 10:00:00", "h:1", "INSERT", data) for n in range(2)]
+
+    holder = sandbox.dc.connect(unique_name)
+    pool = WriterPool(dc, unique_name, 1)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM transfer_data FOR UPDATE")  # its next-key lock holds inserts back
+        pool.submit(1, chunk(1))
+        assert pool.flight_bytes == 800
+        second = threading.Thread(target=pool.submit, args=(2, chunk(3)))
+        second.start()
+        second.join(1.5)
+        assert second.is_alive() and pool.in_flight == 1  # 1,600 bytes would pass the bound
+        holder.commit()
+        second.join(20)
+        assert not second.is_alive() and pool.acks()[:1] == [1]  # committed before chunk 2 went
+        pool.submit(3, [(5, 5, "db", "t", "2024-05-01 10:00:00", "h:1", "INSERT", f'"{"y" * 4_998}"')])  # waits for 2
+        assert pool.flight_bytes == 5_000
+        deadline = time.monotonic() + 20
+        while pool.in_flight and time.monotonic() < deadline:
+            pool.acks(timeout=0.5)
+        assert pool.flight_bytes == 0
+        with sandbox.dc.connect(unique_name) as conn, conn.cursor() as cur:
+            cur.execute("SELECT id, LENGTH(data) FROM transfer_data ORDER BY id")
+            assert cur.fetchall() == ((1, 400), (2, 400), (3, 400), (4, 400), (5, 5_000))
+    finally:
+        pool.close(graceful=False)
+        holder.close()
 
 
 def _connected(sandbox: Sandbox, channel: str) -> int:

@@ -49,7 +49,14 @@ MAX_LANES = 3  # connections per writer at most: a free lane takes the chunks wa
 # 14.1 with 3; c 13.1 and 11.0), on a machine where the DC server's CPU is the rate (a DC with an 8 MB redo log;
 # with 256 MB that growth is small, and at 300 ms the rows in flight bound the rate: docs/benchmark.md)
 QUEUED_PER_LANE = 4  # chunks waiting for each writer, per lane of it: with fewer lanes, larger groups keep the rate
-GROUP_ROWS = 10_000  # rows of chunks already waiting that a lane coming free takes into one transaction, at most
+GROUP_ROWS = 10_000  # rows of chunks already waiting that a lane coming free takes into one transaction, at most,
+GROUP_BYTES = 20 << 20  # ... and bytes of their data (one chunk alone may be larger): b's 10,000 rows, some 2 KB each
+FAR_RTT = 0.2  # seconds of round trip to the DC from which a writer keeps FAR_REACH times the chunks waiting and
+FAR_REACH = 3  # the rows in a group: the rows in flight must cover the round trip plus a group's time in the DC
+# (workload a at 300 ms: 0.89 of its 0 ms rate with 4 chunks a lane, 0.96 to 1.01 with 12, docs/benchmark.md)
+FLIGHT_BYTES = 128 << 20  # bytes of data handed to the writers and not committed yet, at most (the reader waits;
+# one chunk alone always goes): the queue's depth in chunks bounds narrow rows, this wide ones (b's 2 KB rows at
+# 300 ms kept 0.81 of their 0 ms rate with 64 MB, 1.00 to 1.02 with 128)
 QUEUED_WAIT = 0.05  # seconds a lane waits for a chunk counted as queued that is not through the pipe yet
 STUCK_KEY = "stuck_row:"  # gate_meta names (then the row id) of rows waiting for a larger max_allowed_packet
 
@@ -57,6 +64,7 @@ log = logging.getLogger(__name__)
 
 
 PACKET_QUERY = "SELECT @@GLOBAL.max_allowed_packet"  # what a session opened now takes as its own
+Job = tuple[int, list[DCRow], int]  # what a writer is handed: a chunk's number, its rows and their bytes of data
 
 
 @dataclass(frozen=True)
@@ -292,6 +300,12 @@ def lanes_for(rtt: float) -> int:
     return max(1, min(MAX_LANES, 1 + int(rtt / LANE_SPAN)))
 
 
+def reach_for(rtt: float) -> int:
+    """How many times QUEUED_PER_LANE chunks a lane and GROUP_ROWS rows a group a writer keeps over a link whose
+    round trip takes ``rtt`` seconds: 1, or FAR_REACH from FAR_RTT on."""
+    return FAR_REACH if rtt >= FAR_RTT else 1
+
+
 def _writer_main(server: ServerConfig, database: str, fence: Fence | None, link: DcLink | None, inbox: Any,
                  outbox: Any) -> None:
     """A writer process: its lanes (threads with a DC session each, as many as the link's round trip asks,
@@ -302,17 +316,17 @@ def _writer_main(server: ServerConfig, database: str, fence: Fence | None, link:
     without, the first session's set-up measures the round trip, and the other lanes connect after it."""
     start_child("gate-writer")
     first: _Session | None = None
+    rtt = 0.0
     if link is not None:
-        lanes = lanes_for(link.rtt)
+        rtt = link.rtt
     else:
-        lanes = 1
         try:  # connect now, not when the first chunk is already waiting
             first, rtt = _dc_session(server, database)
-            lanes = lanes_for(rtt)
         except (pymysql.err.Error, GateError, OSError):
             first = None  # the first chunk tries again, and stops gate if the error stays
+    lanes, group_rows = lanes_for(rtt), GROUP_ROWS * reach_for(rtt)
     idle = threading.Semaphore(lanes)  # chunks are taken from the inbox only for an idle lane
-    jobs: queue.SimpleQueue[list[tuple[int, list[DCRow]]] | None] = queue.SimpleQueue()
+    jobs: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
     threads = [threading.Thread(target=_lane, args=(server, database, fence, jobs, outbox, idle,
                                                     first if n == 0 else None, link),
                                 name=f"lane-{n}", daemon=True) for n in range(lanes)]
@@ -320,7 +334,7 @@ def _writer_main(server: ServerConfig, database: str, fence: Fence | None, link:
         thread.start()
     while True:
         idle.acquire()
-        group, last = _take(inbox)
+        group, last = _take(inbox, group_rows)
         if group:
             jobs.put(group)
         if last:
@@ -331,10 +345,11 @@ def _writer_main(server: ServerConfig, database: str, fence: Fence | None, link:
         thread.join()
 
 
-def _take(inbox: Any) -> tuple[list[tuple[int, list[DCRow]]], bool]:
-    """The next chunk of ``inbox`` (waiting for it), with the chunks queued behind it up to GROUP_ROWS rows in
-    all: a lane writes them in one transaction (each chunk stays whole, and a chunk is reported committed only
-    once the transaction is). True with them once this writer's end (None) was taken.
+def _take(inbox: Any, group_rows: int = GROUP_ROWS) -> tuple[list[Job], bool]:
+    """The next chunk of ``inbox`` (waiting for it), with the chunks queued behind it up to ``group_rows`` rows
+    and GROUP_BYTES bytes of data in all: a lane writes them in one transaction (each chunk stays whole, and a
+    chunk is reported committed only once the transaction is). True with them once this writer's end (None) was
+    taken.
 
     Queued means put by gate's main process (the queue's count), not already in the pipe: the pipe holds 64 KB
     and a chunk is usually larger, so the pipe alone shows at most the one chunk on its way, and groups stayed
@@ -343,8 +358,8 @@ def _take(inbox: Any) -> tuple[list[tuple[int, list[DCRow]]], bool]:
     job = inbox.get()
     if job is None:
         return [], True
-    group, rows = [job], len(job[1])
-    while rows < GROUP_ROWS and inbox.qsize() > 0:
+    group, rows, size = [job], len(job[1]), job[2]
+    while rows < group_rows and size < GROUP_BYTES and inbox.qsize() > 0:
         try:
             job = inbox.get(timeout=QUEUED_WAIT)
         except queue.Empty:
@@ -353,11 +368,12 @@ def _take(inbox: Any) -> tuple[list[tuple[int, list[DCRow]]], bool]:
             return group, True
         group.append(job)
         rows += len(job[1])
+        size += job[2]
     return group, False
 
 
 def _lane(server: ServerConfig, database: str, fence: Fence | None,
-          jobs: queue.SimpleQueue[list[tuple[int, list[DCRow]]] | None], outbox: Any, idle: threading.Semaphore,
+          jobs: queue.SimpleQueue[list[Job] | None], outbox: Any, idle: threading.Semaphore,
           session: _Session | None, link: DcLink | None = None) -> None:
     """One connection of a writer: writes each group of chunks of ``jobs`` in one transaction until None,
     releasing ``idle`` after each. Without ``session`` it connects at once, before the first chunk comes (else
@@ -372,7 +388,7 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
         group = jobs.get()
         if group is None:
             break
-        rows = group[0][1] if len(group) == 1 else [row for _seq, chunk in group for row in chunk]
+        rows = group[0][1] if len(group) == 1 else [row for _seq, chunk, _size in group for row in chunk]
         started = time.monotonic()
         span = f"rows {rows[0][0]}..{rows[-1][0]}"
         attempt = 0
@@ -419,7 +435,7 @@ def _lane(server: ServerConfig, database: str, fence: Fence | None,
             outbox.put(("log", logging.INFO, f"Channel '{database}': row id {stuck} written, now that the DC "
                         f"server's max_allowed_packet is {session.max_packet} bytes"))
         seconds = time.monotonic() - started
-        for seq, chunk in group:
+        for seq, chunk, _size in group:
             outbox.put(("done", seq, dict(Counter(r[6] for r in chunk)), seconds))
         idle.release()
     if session is not None:
@@ -439,27 +455,38 @@ class WriterPool(WorkerPool):
                  cancel: threading.Event | None = None,
                  on_written: Callable[[dict[str, int], float], None] | None = None, fence: Fence | None = None,
                  link: DcLink | None = None) -> None:
-        """``depth``: chunks waiting for each writer at most (the backpressure on the reader); by default
-        QUEUED_PER_LANE for each of its lanes, so that over a long round trip a lane coming free finds a large
-        group (see :func:`_take`) while the others wait for their commits."""
+        """``depth``: chunks waiting for each writer at most (the backpressure on the reader, with FLIGHT_BYTES);
+        by default QUEUED_PER_LANE for each of its lanes (FAR_REACH times that from FAR_RTT on), so that over a
+        long round trip a lane coming free finds a large group (see :func:`_take`) while the others wait for
+        their commits."""
         q(database)  # validated identifier
         self._cancel = cancel  # once set, submit stops waiting for room in the queue
         self._on_written = on_written  # told each committed chunk's rows per optype and its seconds
         if depth is None:
-            depth = QUEUED_PER_LANE * (1 if link is None else lanes_for(link.rtt))
+            depth = QUEUED_PER_LANE * (1 if link is None else lanes_for(link.rtt) * reach_for(link.rtt))
         super().__init__(_writer_main, (server, database, fence, link), processes, depth)
         self.in_flight = 0
+        self.flight_bytes = 0  # bytes of data of the chunks handed over and not committed yet
+        self._sizes: dict[int, int] = {}  # those chunks' bytes of data, by number
         self._done: list[int] = []
 
     def submit(self, seq: int, rows: list[DCRow]) -> None:
-        """Blocks while every writer is busy and the queue is full: backpressure on the reader."""
+        """Blocks while every writer is busy and the queue is full, or while FLIGHT_BYTES of data are in flight
+        (one chunk alone always goes): backpressure on the reader."""
 
         def while_full() -> None:
             self._take_reports(0.0)  # a writer's log lines must not wait for room in the queue
             if self._cancel is not None and self._cancel.is_set():
                 raise DrainAbandoned(f"chunk {seq} not handed to a writer: stopping without draining")
 
-        self._put((seq, rows), while_full)
+        size = sum([len(row[7]) for row in rows])
+        while self._sizes and self.flight_bytes + size > FLIGHT_BYTES:
+            self._take_reports(1.0)
+            while_full()
+            self._check_alive(every=1.0)
+        self._put((seq, rows, size), while_full)
+        self._sizes[seq] = size
+        self.flight_bytes += size
         self.in_flight += 1
 
     def _take_reports(self, timeout: float) -> None:
@@ -469,6 +496,7 @@ class WriterPool(WorkerPool):
             while True:
                 if item[0] == "done":
                     self._done.append(item[1])
+                    self.flight_bytes -= self._sizes.pop(item[1])
                     if self._on_written is not None:
                         self._on_written(item[2], item[3])
                 elif item[0] == "log":

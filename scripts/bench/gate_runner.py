@@ -65,7 +65,7 @@ def _sink_writer_main(server: ServerConfig, database: str, fence: Any, link: Any
     start_child("gate-writer")
     rows = crc = 0
     while (job := inbox.get()) is not None:
-        seq, chunk = job
+        seq, chunk, _size = job
         started = time.monotonic()
         rows += len(chunk)
         crc += fingerprint(chunk)
