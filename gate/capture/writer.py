@@ -47,7 +47,7 @@ MAX_LANES = 3  # connections per writer at most: a free lane takes the chunks wa
 # contend in the DC: each is one more transaction inserting at the end of transfer_data's key at once, and the DC
 # server's CPU per row grows with them (1,000,000 rows at 100 ms: workload a 15.7 us a row with 5 lanes a writer,
 # 14.1 with 3; c 13.1 and 11.0), on a machine where the DC server's CPU is the rate (a DC with an 8 MB redo log;
-# with 256 MB that growth is small, and at 300 ms the rows in flight bound the rate: docs/benchmark.md)
+# with 256 MB that growth is small, and from FAR_RTT on the rows in flight bound the rate: FAR_REACH)
 QUEUED_PER_LANE = 4  # chunks waiting for each writer, per lane of it: with fewer lanes, larger groups keep the rate
 GROUP_ROWS = 10_000  # rows of chunks already waiting that a lane coming free takes into one transaction, at most,
 GROUP_BYTES = 20 << 20  # ... and bytes of their data (one chunk alone may be larger): b's 10,000 rows, some 2 KB each
@@ -466,9 +466,13 @@ class WriterPool(WorkerPool):
             depth = QUEUED_PER_LANE * (1 if link is None else lanes_for(link.rtt) * reach_for(link.rtt))
         super().__init__(_writer_main, (server, database, fence, link), processes, depth)
         self.in_flight = 0
-        self.flight_bytes = 0  # bytes of data of the chunks handed over and not committed yet
-        self._sizes: dict[int, int] = {}  # those chunks' bytes of data, by number
+        self._sizes: dict[int, int] = {}  # bytes of data of the chunks handed over and not committed yet, by number
         self._done: list[int] = []
+
+    @property
+    def flight_bytes(self) -> int:
+        """Bytes of data handed to the writers and not committed yet."""
+        return sum(self._sizes.values())
 
     def submit(self, seq: int, rows: list[DCRow]) -> None:
         """Blocks while every writer is busy and the queue is full, or while FLIGHT_BYTES of data are in flight
@@ -486,7 +490,6 @@ class WriterPool(WorkerPool):
             self._check_alive(every=1.0)
         self._put((seq, rows, size), while_full)
         self._sizes[seq] = size
-        self.flight_bytes += size
         self.in_flight += 1
 
     def _take_reports(self, timeout: float) -> None:
@@ -496,7 +499,7 @@ class WriterPool(WorkerPool):
             while True:
                 if item[0] == "done":
                     self._done.append(item[1])
-                    self.flight_bytes -= self._sizes.pop(item[1])
+                    del self._sizes[item[1]]
                     if self._on_written is not None:
                         self._on_written(item[2], item[3])
                 elif item[0] == "log":
