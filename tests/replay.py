@@ -25,10 +25,8 @@ from gate.common.dc import (
     connect,
     create_channel,
     lock_holder,
-    running_gate,
     write_start_position,
 )
-from gate.common.errors import GateError
 from gate.devtools.sandbox import MariaDBServer
 
 
@@ -81,42 +79,14 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
         raise
     finally:
         del _THREADS[id(pipeline)]
-        held_by = _held_here(dc_config, channel)
         pipeline.stop()
         thread.join(timeout=60)
         if thread.is_alive():  # its writers and decoders ignore SIGTERM: they would hold up pytest's exit
             for child in multiprocessing.active_children():
                 child.kill()
             raise AssertionError(f"the pipeline of {channel} did not stop within 60 s of stop()")
-        _until_let_go(dc_config, channel, held_by)
     if errors:
         raise errors[0]
-
-
-def _held_here(dc_config: ServerConfig, channel: str) -> int | None:
-    """The DC connection holding the channel's lock when a pipeline of this process holds it; else None, also
-    when the DC cannot be asked (a fault test's)."""
-    try:
-        with connect(dc_config, "DC") as conn:
-            holder, runner = running_gate(conn, channel)
-    except (pymysql.err.Error, GateError, OSError):
-        return None
-    return holder if runner is not None and runner.pid == os.getpid() else None
-
-
-def _until_let_go(dc_config: ServerConfig, channel: str, held_by: int | None, timeout: float = 10.0) -> None:
-    """Until the channel's lock is no longer held by ``held_by``, the connection a stopped pipeline closed: the
-    server lets a closed connection's locks go once it has seen it close, after the client's close returned, and a
-    pipeline started at once found the channel still held."""
-    if held_by is None:
-        return
-    deadline = time.monotonic() + timeout
-    try:
-        with connect(dc_config, "DC") as conn:
-            while lock_holder(conn, channel) == held_by and time.monotonic() < deadline:
-                time.sleep(0.01)
-    except (pymysql.err.Error, GateError, OSError):
-        return
 
 
 def wait_stopped(pipeline: Pipeline, timeout: float) -> None:

@@ -4,6 +4,7 @@ gap-free ids and the fold of the channel equal to the source."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -30,6 +31,7 @@ from tests.replay import (
     fresh_target,
     make_channel,
     replay,
+    running,
     server_config,
     start_gate,
     table_contents,
@@ -210,6 +212,28 @@ def test_a_black_holed_dc_is_warned_of_and_a_second_signal_ends_gate_at_once(
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=30) == 0
     _assert_exact(sandbox, unique_name, db, 100)
+
+
+def test_a_clean_stop_lets_the_channel_go_before_the_run_ends(
+        sandbox: Sandbox, unique_name: str, proxies: Callable[[int], LinkProxy]) -> None:
+    """The DC link takes 50 ms each way: a clean stop lets the channel's lock go before the run returns, so
+    the lock is free the moment it has (the server frees a closed connection's locks only once the close
+    reaches it, 50 ms later here) and a gate started right after takes the channel."""
+    proxy = proxies(sandbox.dc.port)
+    proxy.delay = 0.05
+    make_channel(sandbox.dc, sandbox.source, unique_name)
+    far = dataclasses.replace(server_config(sandbox.dc), port=proxy.port)
+    holders = []
+    with connect(server_config(sandbox.dc), "DC") as watcher:  # the direct link
+        for _ in range(2):
+            with running(far, unique_name) as pipeline:
+                deadline = time.monotonic() + 30
+                while not pipeline.stats.started:
+                    assert time.monotonic() < deadline, "gate did not start reading within 30 s"
+                    time.sleep(0.01)
+                holders.append(lock_holder(watcher, unique_name))
+            assert lock_holder(watcher, unique_name) is None
+    assert None not in holders and holders[0] != holders[1]
 
 
 def test_lag_is_the_age_of_the_oldest_transaction_not_checkpointed(
