@@ -97,7 +97,6 @@ from gate.common.dc import (
     read_settings,
     read_together,
     record_runner,
-    release_lock,
     remove_above_checkpoint,
     resume_from,
     resume_query,
@@ -251,7 +250,6 @@ class Pipeline:
         self._abandon = threading.Event()  # a second stop: do not wait for the writers or the DC
         self._reader: BinlogReader | None = None
         self._ctl: pymysql.Connection | None = None
-        self._left = False  # a clean stop marked in the DC: the channel's lock is let go before the connection closes
         self._tables: set[str] = set()  # the channel database's tables, as the control connection last read them
         self._ctl_mutex = threading.RLock()  # one user of the control connection at a time: the control thread's
         self._ctl_used = 0.0  # checkpoints and settings, the reading thread's rare work (XA, snapshots, start-up)
@@ -586,8 +584,6 @@ class Pipeline:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             if self._ctl is not None:
-                if self._left:
-                    release_lock(self._ctl, self.channel)
                 self._ctl.close()
 
     def _record_stop(self, exc: BaseException) -> None:
@@ -613,7 +609,6 @@ class Pipeline:
         if self._ctl is not None and self._epoch is not None:
             try:
                 leave(self._ctl, self.channel, self.me)
-                self._left = True
             except pymysql.err.MySQLError as exc:
                 log.warning("channel %s: not marked as stopped cleanly in the DC (%s); a standby takes over once "
                             "lease_seconds pass", self.channel, exc)

@@ -579,17 +579,6 @@ def take_lock(conn: pymysql.Connection, channel: str) -> int | None:
         return lock_from(list(cur.fetchall()))
 
 
-def release_lock(conn: pymysql.Connection, channel: str) -> None:
-    """Let the channel's lock go before ``conn`` closes: the server frees a closed connection's locks only
-    once it has seen it close, and a gate started right after a clean stop would find the channel held. A
-    connection that fails here frees it as it closes."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute("DO RELEASE_LOCK(%s)", (lock_name(channel),))
-    except (pymysql.err.Error, OSError):
-        pass
-
-
 def lock_holder(conn: pymysql.Connection, channel: str) -> int | None:
     """The DC connection id of the gate running ``channel``, None if none runs it."""
     with conn.cursor() as cur:
