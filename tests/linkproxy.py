@@ -112,7 +112,7 @@ class LinkProxy:
                 if wait > 0:
                     time.sleep(wait)
                 self._open.wait()  # a black hole holds back what arrived meanwhile
-                sink.sendall(data)
+                sink.sendall(data + line.due(time.monotonic()))
         except OSError:
             pass
         for sock in (source, sink):
@@ -140,3 +140,12 @@ class _Line:
             while not self._pieces:
                 self._ready.wait()
             return self._pieces.popleft()
+
+    def due(self, now: float) -> bytes:
+        """The pieces after the one taken that are due by ``now``, joined (up to the end, which stays): sent
+        with it, a burst costs the proxy one send and one wake-up, not one for each piece."""
+        with self._ready:
+            taken = []
+            while self._pieces and self._pieces[0][1] and self._pieces[0][0] <= now:
+                taken.append(self._pieces.popleft()[1])
+        return b"".join(taken)
