@@ -20,13 +20,7 @@ from gate.capture.lag import only_bookkeeping_after
 from gate.capture.pipeline import Pipeline
 from gate.capture.reader import current_position
 from gate.common.config import ServerConfig
-from gate.common.dc import (
-    ChannelSettings,
-    connect,
-    create_channel,
-    lock_holder,
-    write_start_position,
-)
+from gate.common.dc import ChannelSettings, connect, create_channel, lock_holder, write_start_position
 from gate.devtools.sandbox import MariaDBServer
 
 
@@ -87,6 +81,14 @@ def running(dc_config: ServerConfig, channel: str) -> Iterator[Pipeline]:
             raise AssertionError(f"the pipeline of {channel} did not stop within 60 s of stop()")
     if errors:
         raise errors[0]
+
+
+def wait_started(pipeline: Pipeline, timeout: float = 30.0) -> None:
+    """Until the run of ``pipeline`` (in a running() block) is past its start-up and reads the stream."""
+    deadline = time.monotonic() + timeout
+    while not pipeline.stats.started:
+        assert time.monotonic() < deadline, f"gate did not start reading within {timeout:g} s"
+        time.sleep(0.01)
 
 
 def wait_stopped(pipeline: Pipeline, timeout: float) -> None:

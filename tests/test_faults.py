@@ -26,6 +26,7 @@ from tests.replay import (
     table_contents,
     wait_caught_up,
     wait_running,
+    wait_started,
 )
 
 
@@ -57,10 +58,7 @@ def test_source_and_dc_restarts_mid_stream_end_exactly_once(
     dc = make_channel(box.dc, box.source, "faults", defaults=ChannelDefaults(batch_rows=50, writers=2))
     make_channel(box.dc, box.source, "reference")
     with running(dc, "faults") as pipeline:
-        deadline = time.monotonic() + 30
-        while not pipeline.stats.started:  # set once start-up is over and the loop reads the stream
-            assert time.monotonic() < deadline, "gate did not start reading within 30 s"
-            time.sleep(0.05)
+        wait_started(pipeline)
         for phase, victim in enumerate((box.source, box.dc, None)):
             with box.source.connect() as conn, conn.cursor() as cur:
                 work = RandomWorkload(conn, f"{db}{phase}", seed=phase, ddl_every=20)

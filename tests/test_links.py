@@ -38,6 +38,7 @@ from tests.replay import (
     wait_caught_up,
     wait_row,
     wait_running,
+    wait_started,
 )
 
 Gate = Callable[..., Result]
@@ -227,10 +228,7 @@ def test_a_clean_stop_lets_the_channel_go_before_the_run_ends(
     with connect(server_config(sandbox.dc), "DC") as watcher:  # the direct link
         for _ in range(2):
             with running(far, unique_name) as pipeline:
-                deadline = time.monotonic() + 30
-                while not pipeline.stats.started:
-                    assert time.monotonic() < deadline, "gate did not start reading within 30 s"
-                    time.sleep(0.01)
+                wait_started(pipeline)
                 holders.append(lock_holder(watcher, unique_name))
             assert lock_holder(watcher, unique_name) is None
     assert None not in holders and holders[0] != holders[1]
