@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -123,19 +124,37 @@ class TreeMonitor(threading.Thread):
             self._halt.wait(self.interval)
 
 
+WRITES = "SHOW GLOBAL STATUS LIKE 'Handler_write'"  # rows the DC server has inserted, as each is (not at COMMIT)
+
+
+def rows_written(cur: Any) -> int:
+    """The DC server's Handler_write: every row inserted into a table since it started (gate's tables too)."""
+    cur.execute(WRITES)
+    return int(cur.fetchone()[1])
+
+
 class CheckpointPoller(threading.Thread):
     """Polls the channel's checkpoint and resume position every ``interval`` s, recording each change, and the
     highest id committed in transfer_data (``landed``: rows written, also above the checkpoint, as inside one
-    large transaction)."""
+    large transaction), and every ``written_every`` polls the rows the DC server has inserted since the poller
+    was made (``written``). Both show a large transaction's progress; the highest id moves in steps, a group
+    of chunks landing at once (tens of thousands of rows over a long round trip), and not always the next
+    group, while the count moves with each row inserted: its steady rate is the smoother figure. Reading the
+    count costs the DC 0.2 to 0.3 ms of CPU, hence not at every poll."""
 
-    def __init__(self, dc: MariaDBServer, channel: str, end: Position | None = None, interval: float = 0.01) -> None:
+    def __init__(self, dc: MariaDBServer, channel: str, end: Position | None = None, interval: float = 0.01,
+                 written_every: int = 5) -> None:
         super().__init__(daemon=True)
         self.dc = dc
         self.channel = channel
         self.end = end
         self.interval = interval
+        self.written_every = written_every
         self.trace: list[tuple[float, int]] = []  # (wall time, checkpoint id), on change
         self.landed: list[tuple[float, int]] = []  # (wall time, highest id in transfer_data), on change
+        self.written: list[tuple[float, int]] = []  # (wall time, rows the DC inserted since now), on change
+        with dc.connect() as conn, conn.cursor() as cur:
+            self._written_before = rows_written(cur)
         self.reached = threading.Event()
         self.reached_at: float | None = None
         self._halt = threading.Event()
@@ -147,10 +166,17 @@ class CheckpointPoller(threading.Thread):
 
     def run(self) -> None:
         conn = self.dc.connect(self.channel)
-        last = top = -1
+        last = top = written = -1
+        polls = 0
         try:
             with conn.cursor() as cur:
                 while not self._halt.is_set():
+                    if polls % self.written_every == 0:
+                        count = rows_written(cur) - self._written_before
+                        if count != written:
+                            self.written.append((time.time(), count))
+                            written = count
+                    polls += 1
                     cur.execute("SELECT c.id, r.log_file, r.log_pos, (SELECT COALESCE(MAX(id), 0) FROM transfer_data) "
                                 "FROM transfer_checkpoint c, gate_resume r")
                     cid, log_file, log_pos, landed = cur.fetchone()
