@@ -49,3 +49,24 @@ def test_the_latency_target_is_judged_on_the_steady_rate(monkeypatch: pytest.Mon
     assert [line[5] for line in lines] == ["1.00", "0.83", "1.00", "0.95", "0.91", "0.80"]  # the whole runs' ratios
     assert [line[-4:-2] for line in lines if line[1] != "none"] == [
         ["2.00", "6.7"], ["0.50", "5.0"], ["1.00", "3.3"], ["2.50", "8.3"]]
+
+
+def test_the_median_of_two_rounds_is_their_mean_and_the_run_kept_the_lower(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over an even number of rounds no ratio is the better round's alone; the run kept is the worse one."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import benchmark
+
+    def run(whole: float, landed: float | None, written: float | None, extra: float) -> dict[str, object]:
+        return {"ratio_to_0ms": whole, "rows_per_s": 1000 * whole, "steady_ratio_to_0ms": None,
+                "landed_steady_ratio_to_0ms": landed, "written_steady_ratio_to_0ms": written, "extra_s": extra,
+                "same_rows": True}
+
+    figures = benchmark.round_figures({"dc 300 ms": [run(0.95, 0.9, 1.0, 2.0), run(0.85, 0.8, None, 3.0)],
+                                       "dc 100 ms": [run(1.0, 1.0, 0.9, 1.0), run(0.9, 0.7, 0.8, 2.0),
+                                                     run(0.8, 0.9, 0.85, 0.5)]})
+    two, three = figures["dc 300 ms"], figures["dc 100 ms"]
+    assert (two["rows_per_s"], two["landed_steady_ratio_to_0ms"], two["written_steady_ratio_to_0ms"],
+            two["extra_s"], two["steady_ratio_to_0ms"]) == (850.0, pytest.approx(0.85), 1.0, 2.5, None)
+    assert (two["round_ratios"], two["round_written_steady_ratios"]) == ([0.95, 0.85], [1.0, None])
+    assert (three["rows_per_s"], three["landed_steady_ratio_to_0ms"], three["written_steady_ratio_to_0ms"],
+            three["extra_s"]) == (900.0, 0.9, 0.85, 1.0)

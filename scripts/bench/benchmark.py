@@ -545,8 +545,7 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
     With ``--repeat N`` that is done in N rounds, each run compared with the 0 ms run of its own round (minutes
     apart, not the whole series: this machine's rate drifts by 10 to 20 % between runs); every second round runs
     the cases in the reverse order, 0 ms last, so that a drift within a round weighs on either side alike, not
-    always on the runs after the 0 ms run. Each case keeps the run of its median ratio, with the median ratios,
-    extra seconds and every round's ratio."""
+    always on the runs after the 0 ms run. Each case's rounds are summed up by :func:`round_figures`."""
     links: Links | None = args.links
     cases = [("dc", ms) for ms in latencies(args.dc_latency)] + [("source", ms) for ms in latencies(args.source_latency)]
     if links is None or not cases:
@@ -579,17 +578,24 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
                   f"written {run['written_steady_rows_per_s'] or 0:,.0f}); "
                   f"DC rows identical: {run['same_rows']}", flush=True)
     links.set(0, 0)
-    figures: dict[str, Any] = {}
+    return round_figures(rounds)
+
+
+def round_figures(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each case's runs of every round in one: the run of its median whole-run ratio (of an even number, the
+    lower of the two in the middle), with the median ratios and extra seconds (of an even number, the mean of
+    the two in the middle) and every round's ratios."""
+    figures: dict[str, dict[str, Any]] = {}
     for name, runs in rounds.items():
         ordered = sorted(runs, key=lambda r: (r["ratio_to_0ms"], r["rows_per_s"]))
-        run = dict(ordered[len(ordered) // 2])
+        run = dict(ordered[(len(ordered) - 1) // 2])
         for steady in STEADY:
             ratios = [r[f"{steady}_ratio_to_0ms"] for r in runs]
-            known = sorted(ratio for ratio in ratios if ratio is not None)
-            run[f"{steady}_ratio_to_0ms"] = known[len(known) // 2] if known else None
+            known = [ratio for ratio in ratios if ratio is not None]
+            run[f"{steady}_ratio_to_0ms"] = statistics.median(known) if known else None
             run[f"round_{steady}_ratios"] = [None if ratio is None else round(ratio, 3) for ratio in ratios]
         run.update(round_ratios=[round(r["ratio_to_0ms"], 3) for r in runs],
-                   extra_s=sorted(r["extra_s"] for r in runs)[len(runs) // 2],
+                   extra_s=statistics.median(r["extra_s"] for r in runs),
                    same_rows=all(r["same_rows"] for r in runs))
         figures[name] = run
     return figures
