@@ -48,6 +48,7 @@ from monitors import (  # beside this script: python puts its folder first on sy
     TreeMonitor,
     TreeSample,
     busy_percent,
+    innodb_state,
     machine_busy,
     mariadbd_cpu,
     percentile,
@@ -306,6 +307,7 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
     new_channel(box.dc, box.source, channel, start, defaults, allow, columns,
                 links.source.port if links else None)
     poller = CheckpointPoller(box.dc, channel, end)
+    innodb0 = innodb_state(box.dc)
     cpu0 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
     busy0 = machine_busy()
     sink_dir = workdir / f"{channel}.sink" if capture_only else None
@@ -326,6 +328,7 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
         cpu_gate = gate.monitor.snapshot_cpu()
         cpu1 = {"source": mariadbd_cpu(box.source), "dc": mariadbd_cpu(box.dc)}
         busy1 = machine_busy()
+        innodb1 = innodb_state(box.dc)
     finally:
         sample = gate.stop()
         poller.stop()
@@ -360,6 +363,9 @@ def run_gate(box: Sandbox, channel: str, start: Position, end: Position, rows: i
         "cpu_us_per_row_gate": round(sum(v for k, v in per_row.items() if not k.startswith("mariadbd_")), 2),
         "steady_cpu_us_per_row_gate": round(sum(steady_cpu.values()), 2) if steady_cpu else None,
         "machine_busy_percent": busy_percent(busy0, busy1),
+        "dc_at_start": {"checkpoint_age_mb": round(innodb0["Innodb_checkpoint_age"] / MB, 1),
+                        "dirty_pages": innodb0["Innodb_buffer_pool_pages_dirty"]},
+        "dc_pages_flushed": innodb1["Innodb_buffer_pool_pages_flushed"] - innodb0["Innodb_buffer_pool_pages_flushed"],
         "exit_code": gate.proc.returncode,
     }
 
@@ -575,7 +581,9 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
                   f"{run['rows']} rows in {run['seconds']:.2f} s = {run['rows_per_s']:,.0f} rows/s, "
                   f"{run['ratio_to_0ms']:.2f} of 0 ms through the proxies (steady {run['steady_rows_per_s'] or 0:,.0f}, "
                   f"landed {run['landed_steady_rows_per_s'] or 0:,.0f}, "
-                  f"written {run['written_steady_rows_per_s'] or 0:,.0f}); "
+                  f"written {run['written_steady_rows_per_s'] or 0:,.0f}); DC at its start: checkpoint age "
+                  f"{run['dc_at_start']['checkpoint_age_mb']} MB, {run['dc_at_start']['dirty_pages']} dirty pages; "
+                  f"{run['dc_pages_flushed']} pages flushed; "
                   f"DC rows identical: {run['same_rows']}", flush=True)
     links.set(0, 0)
     return round_figures(rounds)

@@ -124,6 +124,17 @@ class TreeMonitor(threading.Thread):
             self._halt.wait(self.interval)
 
 
+INNODB = ("Innodb_checkpoint_age", "Innodb_buffer_pool_pages_dirty", "Innodb_buffer_pool_pages_flushed")
+
+
+def innodb_state(server: MariaDBServer) -> dict[str, int]:
+    """What the DC server's InnoDB has still to do for the runs before: its checkpoint age (bytes of redo not
+    yet checkpointed), its dirty pages, and the pages it has flushed since it started."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN (%s, %s, %s)", INNODB)
+        return {name: int(value) for name, value in cur.fetchall()}
+
+
 WRITES = "SHOW GLOBAL STATUS LIKE 'Handler_write'"  # rows the DC server has inserted, as each is (not at COMMIT)
 
 
