@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from monitors import mariadbd_cpu  # beside this script
+from monitors import global_status, mariadbd_cpu  # beside this script
 
 from gate.capture import writer
 from gate.capture.sequencer import DCRow
@@ -71,8 +71,7 @@ STATUS = ("Innodb_os_log_written", "Innodb_data_written", "Innodb_data_fsyncs", 
 
 
 def status(cur: pymysql.cursors.Cursor) -> dict[str, int]:
-    cur.execute("SHOW GLOBAL STATUS WHERE variable_name IN (" + ", ".join(["%s"] * len(STATUS)) + ")", STATUS)
-    return {name: int(value) for name, value in cur.fetchall()}
+    return global_status(cur, STATUS)
 
 
 def summary(rows: int, runs: list[tuple[float, float]]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,12 @@ class TreeMonitor(threading.Thread):
             self._halt.wait(self.interval)
 
 
+def global_status(cur: Any, names: Sequence[str]) -> dict[str, int]:
+    """The server's global status counters ``names``, by name."""
+    cur.execute("SHOW GLOBAL STATUS WHERE variable_name IN (" + ", ".join(["%s"] * len(names)) + ")", tuple(names))
+    return {name: int(value) for name, value in cur.fetchall()}
+
+
 INNODB = ("Innodb_checkpoint_age", "Innodb_buffer_pool_pages_dirty", "Innodb_buffer_pool_pages_flushed")
 
 
@@ -131,17 +138,13 @@ def innodb_state(server: MariaDBServer) -> dict[str, int]:
     """What the DC server's InnoDB has still to do for the runs before: its checkpoint age (bytes of redo not
     yet checkpointed), its dirty pages, and the pages it has flushed since it started."""
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN (%s, %s, %s)", INNODB)
-        return {name: int(value) for name, value in cur.fetchall()}
-
-
-WRITES = "SHOW GLOBAL STATUS LIKE 'Handler_write'"  # rows the DC server has inserted, as each is (not at COMMIT)
+        return global_status(cur, INNODB)
 
 
 def rows_written(cur: Any) -> int:
-    """The DC server's Handler_write: every row inserted into a table since it started (gate's tables too)."""
-    cur.execute(WRITES)
-    return int(cur.fetchone()[1])
+    """The DC server's Handler_write: every row inserted into a table since it started (gate's tables too), as
+    each is, not at COMMIT."""
+    return global_status(cur, ("Handler_write",))["Handler_write"]
 
 
 class CheckpointPoller(threading.Thread):
