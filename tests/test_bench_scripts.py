@@ -70,3 +70,14 @@ def test_the_median_of_two_rounds_is_their_mean_and_the_run_kept_the_lower(monke
     assert (two["round_ratios"], two["round_written_steady_ratios"]) == ([0.95, 0.85], [1.0, None])
     assert (three["rows_per_s"], three["landed_steady_ratio_to_0ms"], three["written_steady_ratio_to_0ms"],
             three["extra_s"]) == (900.0, 0.9, 0.85, 1.0)
+
+
+def test_the_median_run_of_an_even_number_is_the_slower_in_the_middle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gate's and each peer's figures in the main table: of two runs, never the faster one alone."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import benchmark
+
+    runs = [{"rows_per_s": rate, "n": n} for n, rate in enumerate((300.0, 100.0, 400.0, 200.0))]
+    assert benchmark.median_run(runs) == {"rows_per_s": 200.0, "n": 3}
+    assert benchmark.median_run(runs[:3]) == {"rows_per_s": 300.0, "n": 0}
+    assert benchmark.median_run(runs[:2]) == {"rows_per_s": 100.0, "n": 1}

@@ -501,7 +501,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
             print(f"[{label}] cProfile output in {profile_dir}")
         if spy is not None:
             print(f"[{label}] py-spy output in {spy}")
-    gate = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]  # the median run
+    gate = median_run(runs)
     captures = []
     for n in range(args.repeat if args.capture_only else 0):
         if args.wait_quiet:
@@ -514,7 +514,7 @@ def measure_workload(box: Sandbox, key: str, rows: int, args: argparse.Namespace
               f"{result['rows_per_s']:,.0f} rows/s (steady {result['steady_rows_per_s'] or 0:,.0f}); CPU "
               f"{result['cpu_us_per_row_gate']:.1f} us/row; the same rows as written into the DC: "
               f"{result['same_rows']}; machine busy {result['machine_busy_percent']:.0f}% of 200", flush=True)
-    capture = sorted(captures, key=lambda r: r["rows_per_s"])[len(captures) // 2] if captures else None
+    capture = median_run(captures) if captures else None
     linked = latency_runs(box, key, db, start, end, changed, args, workdir, defaults, label, gate)
     peers, peer_runs = measure_peers(box, key, db, start, changed, args, workdir, label)
     ruled = None
@@ -589,6 +589,12 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
     return round_figures(rounds)
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of the median rows/s; of an even number, the slower of the two in the middle (as in
+    :func:`round_figures`), so that two runs never report the better one."""
+    return sorted(runs, key=lambda r: r["rows_per_s"])[(len(runs) - 1) // 2]
+
+
 def round_figures(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Each case's runs of every round in one: the run of its median whole-run ratio (of an even number, the
     lower of the two in the middle), with the median ratios and extra seconds (of an even number, the mean of
@@ -630,7 +636,7 @@ def measure_peers(box: Sandbox, key: str, db: str, start: Position, rows: int, a
                   f"peak RSS {run['peak_rss_mb']:.0f} MB; machine busy {run['machine_busy_percent']:.0f}% of 200",
                   flush=True)
         done = [r for r in runs if r["complete"]]
-        medians[name] = sorted(done, key=lambda r: r["rows_per_s"])[len(done) // 2] if len(done) == len(runs) else runs[-1]
+        medians[name] = median_run(done) if len(done) == len(runs) else runs[-1]
         all_runs[name] = runs
     return medians, all_runs
 
