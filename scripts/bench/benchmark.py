@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -589,10 +590,11 @@ def latency_runs(box: Sandbox, key: str, db: str, start: Position, end: Position
     return round_figures(rounds)
 
 
-def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run of the median rows/s; of an even number, the slower of the two in the middle (as in
-    :func:`round_figures`), so that two runs never report the better one."""
-    return sorted(runs, key=lambda r: r["rows_per_s"])[(len(runs) - 1) // 2]
+def median_run(runs: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any] = lambda r: r["rows_per_s"]
+               ) -> dict[str, Any]:
+    """The run of the median ``key`` (rows/s unless given); of an even number, the lower of the two in the
+    middle, so that two runs never report the better one."""
+    return sorted(runs, key=key)[(len(runs) - 1) // 2]
 
 
 def round_figures(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -601,8 +603,7 @@ def round_figures(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str
     the two in the middle) and every round's ratios."""
     figures: dict[str, dict[str, Any]] = {}
     for name, runs in rounds.items():
-        ordered = sorted(runs, key=lambda r: (r["ratio_to_0ms"], r["rows_per_s"]))
-        run = dict(ordered[(len(ordered) - 1) // 2])
+        run = dict(median_run(runs, key=lambda r: (r["ratio_to_0ms"], r["rows_per_s"])))
         for steady in STEADY:
             ratios = [r[f"{steady}_ratio_to_0ms"] for r in runs]
             known = [ratio for ratio in ratios if ratio is not None]
